@@ -1,0 +1,244 @@
+"""Streams and events with PyTorch's names and meanings.
+
+The current stream is per thread and per device; until set it is the device's default
+stream. Streams are never destroyed (PyTorch pools them the same way): the caching
+allocator keys blocks by stream handle, and a handle must never come back as another
+stream while a block remembers it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ._device import Device, as_device, current_device_obj, set_device
+
+__all__ = [
+    "Stream",
+    "Event",
+    "current_stream",
+    "default_stream",
+    "set_stream",
+    "stream",
+    "as_stream",
+]
+
+
+class Stream:
+    """A queue of device work (PyTorch's torch.cuda.Stream).
+
+    ``cuda_stream`` is the driver handle. Two Stream objects for the same handle are equal.
+    """
+
+    __slots__ = ("device", "priority", "cuda_stream", "__weakref__")
+
+    def __init__(self, device: object = None, priority: int = 0) -> None:
+        found = as_device(device)
+        if found.type == "cpu":
+            raise ValueError("device: streams live on cuda or sim devices, not cpu")
+        if not isinstance(priority, int):
+            raise TypeError(f"priority must be an int, got {priority!r}")
+        driver = found.driver
+        least, greatest = driver.stream_priority_range(found.index)  # type: ignore[arg-type]
+        self.device = found
+        self.priority = max(greatest, min(least, priority))
+        self.cuda_stream = driver.stream_create(found.index, self.priority)  # type: ignore[arg-type]
+
+    @classmethod
+    def _wrap(cls, device: Device, handle: int, priority: int = 0) -> Stream:
+        s = cls.__new__(cls)
+        s.device = device
+        s.priority = priority
+        s.cuda_stream = handle
+        return s
+
+    def query(self) -> bool:
+        """True when all work queued on the stream has completed."""
+        return self.device.driver.stream_query(self.cuda_stream)
+
+    def synchronize(self) -> None:
+        """Wait until all work queued on the stream has completed. Synchronizes."""
+        self.device.driver.stream_synchronize(self.cuda_stream)
+
+    def wait_event(self, event: Event) -> None:
+        """Work queued on this stream from now on waits for ``event`` (no host wait)."""
+        if not isinstance(event, Event):
+            raise TypeError(f"event must be a vram.Event, got {type(event).__name__}")
+        event.wait(self)
+
+    def wait_stream(self, stream: Stream) -> None:
+        """Work queued from now on waits for all work queued on ``stream`` so far."""
+        stream = as_stream(stream, "stream")
+        self.wait_event(stream.record_event())
+
+    def record_event(self, event: Event | None = None) -> Event:
+        """Record ``event`` (a new one if None) on this stream and return it."""
+        if event is None:
+            event = Event()
+        event.record(self)
+        return event
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Stream)
+            and other.cuda_stream == self.cuda_stream
+            and other.device == self.device
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.device, self.cuda_stream))
+
+    def __repr__(self) -> str:
+        return f"<vram.Stream device={self.device} cuda_stream={self.cuda_stream:#x}>"
+
+    def __enter__(self) -> Stream:
+        _stream_stack().append((current_device_obj(), current_stream(self.device)))
+        set_device(self.device)
+        set_stream(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        device, previous = _stream_stack().pop()
+        set_stream(previous)
+        set_device(device)
+
+
+class Event:
+    """A marker in a stream (PyTorch's torch.cuda.Event); created on its first record."""
+
+    __slots__ = ("enable_timing", "blocking", "_device", "_handle", "_recorded", "__weakref__")
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False) -> None:
+        self.enable_timing = bool(enable_timing)
+        self.blocking = bool(blocking)
+        self._device: Device | None = None
+        self._handle: int | None = None
+        self._recorded = False
+
+    @property
+    def device(self) -> Device | None:
+        return self._device
+
+    @property
+    def cuda_event(self) -> int | None:
+        return self._handle
+
+    def record(self, stream: Stream | None = None) -> None:
+        """Record the event on ``stream`` (the current stream if None)."""
+        stream = current_stream() if stream is None else as_stream(stream, "stream")
+        if self._handle is None:
+            self._device = stream.device
+            self._handle = stream.device.driver.event_create(
+                stream.device.index,  # type: ignore[arg-type]
+                self.enable_timing,
+            )
+        elif stream.device != self._device:
+            raise ValueError(
+                f"stream: the event was created on {self._device}; "
+                f"it cannot be recorded on a stream of {stream.device}"
+            )
+        self._device.driver.event_record(self._handle, stream.cuda_stream)  # type: ignore[union-attr]
+        self._recorded = True
+
+    def query(self) -> bool:
+        """True when the work before the last record has completed (or never recorded)."""
+        if self._handle is None:
+            return True
+        return self._device.driver.event_query(self._handle)  # type: ignore[union-attr]
+
+    def synchronize(self) -> None:
+        """Wait for the last record to complete (returns at once if never recorded)."""
+        if self._handle is not None:
+            self._device.driver.event_synchronize(self._handle)  # type: ignore[union-attr]
+
+    def wait(self, stream: Stream | None = None) -> None:
+        """Make ``stream`` (current if None) wait for the last record; no-op if unrecorded."""
+        stream = current_stream() if stream is None else as_stream(stream, "stream")
+        if self._handle is None:
+            return
+        if stream.device != self._device:
+            raise ValueError(
+                f"stream: a stream of {stream.device} cannot wait on an event of {self._device}"
+            )
+        stream.device.driver.stream_wait_event(stream.cuda_stream, self._handle)
+
+    def elapsed_time(self, end_event: Event) -> float:
+        """Milliseconds between this event's record and ``end_event``'s."""
+        if not isinstance(end_event, Event):
+            raise TypeError(f"end_event must be a vram.Event, got {type(end_event).__name__}")
+        for name, ev in (("self", self), ("end_event", end_event)):
+            if not ev.enable_timing:
+                raise RuntimeError(f"{name}: event was created without enable_timing=True")
+            if not ev._recorded:
+                raise RuntimeError(f"{name}: event was never recorded")
+        if self._device != end_event._device:
+            raise ValueError("end_event: events are on different devices")
+        return self._device.driver.event_elapsed_ms(self._handle, end_event._handle)  # type: ignore[union-attr,arg-type]
+
+    def __repr__(self) -> str:
+        state = "unrecorded" if not self._recorded else f"on {self._device}"
+        return f"<vram.Event {state}>"
+
+    def __del__(self) -> None:
+        handle, device = self._handle, self._device
+        if handle is not None and device is not None:
+            try:
+                device.driver.event_destroy(handle)
+            except Exception:  # finalizers never raise
+                pass
+
+
+class _Local(threading.local):
+    def __init__(self) -> None:
+        self.current: dict[Device, Stream] = {}
+        self.stack: list[tuple[Device, Stream]] = []
+
+
+_local = _Local()
+_defaults: dict[Device, Stream] = {}
+
+
+def _stream_stack() -> list[tuple[Device, Stream]]:
+    return _local.stack
+
+
+def default_stream(device: object = None) -> Stream:
+    """The device's default stream."""
+    found = as_device(device)
+    s = _defaults.get(found)
+    if s is None:
+        if found.type == "cpu":
+            raise ValueError("device: the cpu device has no streams")
+        s = Stream._wrap(found, found.driver.default_stream(found.index))  # type: ignore[arg-type]
+        _defaults[found] = s
+    return s
+
+
+def current_stream(device: object = None) -> Stream:
+    """This thread's current stream on the device (its default stream until set)."""
+    found = current_device_obj() if device is None else as_device(device)
+    s = _local.current.get(found)
+    return s if s is not None else default_stream(found)
+
+
+def set_stream(s: Stream) -> None:
+    """Make ``s`` the current stream of its device for this thread."""
+    s = as_stream(s, "stream")
+    _local.current[s.device] = s
+
+
+def as_stream(value: object, argument: str = "stream") -> Stream:
+    if not isinstance(value, Stream):
+        raise TypeError(f"{argument}: expected a vram.Stream, got {type(value).__name__}")
+    return value
+
+
+@contextmanager
+def stream(s: Stream | None) -> Iterator[Stream | None]:
+    """``with vram.stream(s):`` makes ``s`` current (and its device); None does nothing."""
+    if s is None:
+        yield None
+        return
+    with as_stream(s, "stream"):
+        yield s

@@ -1,0 +1,201 @@
+"""The Driver interface: the only door from vram to a device.
+
+Two implementations stand behind it: ``cuda`` (a real NVIDIA GPU through cuda-bindings)
+and ``sim`` (a simulated GPU in host memory). Everything above this package talks to a
+Driver, so the allocator, streams and tensors run unchanged on both.
+
+Conventions every implementation keeps:
+- Device pointers, stream handles, event handles, VMM handles and kernels are plain
+  ints (or opaque objects for kernels). Stream handle 0 is never used for a created stream:
+  ``default_stream(device)`` returns the device's default (legacy null) stream handle.
+- Every call that touches a device takes the device index it acts on, or a handle made
+  on that device.
+- Every failure raises ``vram.CudaError(call, name)`` with the CUDA error name; device
+  memory exhaustion is ``CUDA_ERROR_OUT_OF_MEMORY`` (``CudaError.is_out_of_memory``).
+- Copies and memsets are asynchronous on the given stream. Host arrays passed to them
+  must stay alive and unchanged until the stream has run the copy; the callers above
+  (tensor code) synchronize for pageable memory, as CUDA does.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Driver", "DeviceProperties", "KernelArg"]
+
+KernelArg = Any  # an int pointer, a NumPy scalar (np.int64(3), np.float32(1.0)), ...
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceProperties:
+    """What ``vram.get_device_properties`` returns (PyTorch's field names)."""
+
+    name: str
+    total_memory: int
+    major: int
+    minor: int
+    multi_processor_count: int
+    l2_cache_size: int
+    warp_size: int
+    max_threads_per_block: int
+    uuid: str
+    driver: str  # "cuda" or "sim"
+
+    @property
+    def L2_cache_size(self) -> int:  # noqa: N802 - PyTorch's spelling
+        return self.l2_cache_size
+
+
+class Driver(ABC):
+    """One kind of device ("cuda" or "sim") and every call vram makes on it."""
+
+    kind: str
+
+    # ---- devices -------------------------------------------------------------------
+    @abstractmethod
+    def device_count(self) -> int: ...
+
+    @abstractmethod
+    def properties(self, device: int) -> DeviceProperties: ...
+
+    @abstractmethod
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        """(free bytes, total bytes) of the device, as cudaMemGetInfo."""
+
+    def set_device(self, device: int) -> None:
+        """Make ``device`` the thread's current device (cudaSetDevice); the sim needs none."""
+
+    @abstractmethod
+    def device_synchronize(self, device: int) -> None:
+        """Wait for all work on every stream of the device. Synchronizes."""
+
+    # ---- device memory -------------------------------------------------------------
+    @abstractmethod
+    def malloc(self, device: int, size: int) -> int:
+        """cudaMalloc: a new device allocation of ``size`` bytes, 512-byte aligned at least."""
+
+    @abstractmethod
+    def free(self, device: int, ptr: int) -> None:
+        """cudaFree. On CUDA this synchronizes the device; the allocator knows that."""
+
+    # ---- virtual memory management (expandable segments) ---------------------------
+    @abstractmethod
+    def vmm_granularity(self, device: int) -> int:
+        """Minimum page size for ``vmm_create`` / ``vmm_map`` (2 MiB on H100)."""
+
+    @abstractmethod
+    def vmm_reserve(self, device: int, size: int) -> int:
+        """Reserve ``size`` bytes of virtual address space (no memory behind it)."""
+
+    @abstractmethod
+    def vmm_release(self, device: int, va: int, size: int) -> None:
+        """Give back a reservation; everything in it must be unmapped."""
+
+    @abstractmethod
+    def vmm_create(self, device: int, size: int) -> int:
+        """Create ``size`` bytes of physical memory; returns a handle (counts as memory)."""
+
+    @abstractmethod
+    def vmm_release_handle(self, device: int, handle: int) -> None:
+        """Release a physical handle (its memory goes back once it is also unmapped)."""
+
+    @abstractmethod
+    def vmm_map(self, device: int, va: int, size: int, handle: int) -> None:
+        """Map a physical handle at ``va`` and make it readable and writable by ``device``."""
+
+    @abstractmethod
+    def vmm_unmap(self, device: int, va: int, size: int) -> None: ...
+
+    # ---- streams -------------------------------------------------------------------
+    @abstractmethod
+    def default_stream(self, device: int) -> int:
+        """The handle of the device's default stream (what PyTorch calls stream 0)."""
+
+    @abstractmethod
+    def stream_create(self, device: int, priority: int = 0) -> int: ...
+
+    @abstractmethod
+    def stream_destroy(self, stream: int) -> None: ...
+
+    @abstractmethod
+    def stream_priority_range(self, device: int) -> tuple[int, int]:
+        """(least, greatest) priority, as cudaDeviceGetStreamPriorityRange (greatest < least)."""
+
+    @abstractmethod
+    def stream_query(self, stream: int) -> bool:
+        """True when everything queued on the stream has run."""
+
+    @abstractmethod
+    def stream_synchronize(self, stream: int) -> None: ...
+
+    @abstractmethod
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        """Work queued on ``stream`` after this waits for the event's last record."""
+
+    # ---- events --------------------------------------------------------------------
+    @abstractmethod
+    def event_create(self, device: int, timing: bool = False) -> int: ...
+
+    @abstractmethod
+    def event_destroy(self, event: int) -> None: ...
+
+    @abstractmethod
+    def event_record(self, event: int, stream: int) -> None: ...
+
+    @abstractmethod
+    def event_query(self, event: int) -> bool:
+        """True when the last record has completed (or the event was never recorded)."""
+
+    @abstractmethod
+    def event_synchronize(self, event: int) -> None: ...
+
+    @abstractmethod
+    def event_elapsed_ms(self, start: int, end: int) -> float: ...
+
+    # ---- copies and memset (asynchronous on ``stream``) ----------------------------
+    @abstractmethod
+    def memcpy_htod(self, dst: int, src: np.ndarray, stream: int) -> None:
+        """Copy the bytes of the C-contiguous host array ``src`` to device address ``dst``."""
+
+    @abstractmethod
+    def memcpy_dtoh(self, dst: np.ndarray, src: int, stream: int) -> None:
+        """Fill the C-contiguous host array ``dst`` from device address ``src``."""
+
+    @abstractmethod
+    def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: int) -> None: ...
+
+    @abstractmethod
+    def memset_d8(self, ptr: int, value: int, nbytes: int, stream: int) -> None: ...
+
+    # ---- pinned (page-locked) host memory ------------------------------------------
+    @abstractmethod
+    def host_alloc(self, nbytes: int) -> int:
+        """cudaHostAlloc: page-locked host memory; returns its address."""
+
+    @abstractmethod
+    def host_free(self, ptr: int) -> None: ...
+
+    @abstractmethod
+    def host_view(self, ptr: int, nbytes: int) -> np.ndarray:
+        """A writable uint8 NumPy view of ``nbytes`` of pinned host memory at ``ptr``."""
+
+    # ---- kernels -------------------------------------------------------------------
+    def compile(self, device: int, source: str, name: str) -> Any:
+        """Compile CUDA C++ ``source`` and return the kernel ``name`` (cached by source)."""
+        raise NotImplementedError(f"the {self.kind} driver does not compile CUDA kernels")
+
+    def launch(
+        self,
+        kernel: Any,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: tuple[KernelArg, ...],
+        stream: int,
+        shared_mem: int = 0,
+    ) -> None:
+        """Launch a compiled kernel on ``stream``."""
+        raise NotImplementedError(f"the {self.kind} driver does not launch CUDA kernels")

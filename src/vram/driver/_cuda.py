@@ -1,0 +1,483 @@
+"""The real GPU: the Driver interface on NVIDIA's CUDA driver API (cuda.bindings).
+
+Contexts:
+- Each device is driven through its *primary context* (the one the CUDA runtime, PyTorch and
+  CuPy share), retained the first time the device is used and never released.
+- Before a call that acts on a device, ``_use(device)`` makes that device's primary context
+  current on the calling thread. Each thread remembers whose context it holds, so the hot
+  paths (malloc, free, event record) skip ``cuCtxSetCurrent`` when nothing changed. Code
+  outside vram that changes the current context on a thread vram also uses (another
+  library, a cuCtxSetCurrent of its own) should call ``set_device`` afterwards.
+- Streams and events are ints (``int(CUstream)``); the driver remembers the device of each
+  one it made, so calls on a handle need no device argument.
+
+Stream 0 (``default_stream(device)``) is the legacy default stream of a *context*, and a
+handle of 0 cannot say which device it means. The rule here:
+- where another argument names the device (``launch``: the kernel's device; ``event_record``:
+  the event's device), stream 0 is that device's legacy stream;
+- everywhere else (copies, memset, ``stream_query``, ``stream_synchronize``,
+  ``stream_wait_event``) it is the legacy stream of the thread's *current device*: the one
+  last given to ``set_device`` on this thread, device 0 before that. Calls on other devices'
+  handles do not change it (as with ``cudaSetDevice`` in the CUDA runtime), so the layer
+  above calls ``set_device`` when the user's current device changes.
+
+Every call result ``(err, *values)`` goes through ``_check``, which returns the values or
+raises ``CudaError(call, "CUDA_ERROR_...")``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+from cuda.bindings import driver as cu
+
+from .._errors import CudaError
+from ._base import DeviceProperties, Driver, KernelArg
+from ._nvrtc import arch_for, compile_program
+
+__all__ = ["CudaDriver", "CudaKernel"]
+
+_SUCCESS = cu.CUresult.CUDA_SUCCESS
+_NOT_READY = cu.CUresult.CUDA_ERROR_NOT_READY
+_DEINITIALIZED = cu.CUresult.CUDA_ERROR_DEINITIALIZED  # the driver is gone (interpreter exit)
+_NAME_LENGTH = 256  # bytes for cuDeviceGetName
+_LEGACY_STREAM = 0  # the context's legacy default stream (cudaStreamLegacy behaviour)
+
+
+def _describe(err: cu.CUresult) -> str:
+    """CUDA's one-line description of ``err`` ("" when even that fails)."""
+    try:
+        described, text = cu.cuGetErrorString(err)
+    except Exception:  # a description must never hide the error it describes
+        return ""
+    return text.decode(errors="replace") if described == _SUCCESS and text else ""
+
+
+def _check(call: str, result: tuple) -> Any:
+    """The checker for every driver call: ``(err, *values)`` -> None, the value, or a tuple."""
+    err = result[0]
+    if err != _SUCCESS:
+        raise CudaError(call, cu.CUresult(err).name, _describe(err))
+    if len(result) == 1:
+        return None
+    return result[1] if len(result) == 2 else result[1:]
+
+
+def _check_teardown(call: str, result: tuple) -> None:
+    """``_check`` for calls that give something back; a deinitialized driver (at interpreter
+    exit) has already given everything back, so that is not an error here."""
+    if result[0] != _DEINITIALIZED:
+        _check(call, result)
+
+
+def _query(call: str, result: tuple) -> bool:
+    """True for CUDA_SUCCESS, False for CUDA_ERROR_NOT_READY; any other error raises."""
+    if result[0] == _NOT_READY:
+        return False
+    _check(call, result)
+    return True
+
+
+class _Handle(NamedTuple):
+    """A stream or event this driver made: the binding object and its device."""
+
+    obj: Any  # cu.CUstream or cu.CUevent
+    device: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CudaKernel:
+    """A compiled kernel, loaded on one device; what ``compile`` returns and ``launch`` takes."""
+
+    name: str
+    device: int
+    function: cu.CUfunction
+    module: cu.CUmodule  # held so that the module outlives every use of ``function``
+
+
+class _ThreadState(threading.local):
+    device: int = 0  # the thread's current device: whose legacy stream stream 0 is
+    context_device: int = -1  # whose primary context is current on the thread; -1: none
+
+
+def _host_pointer(array: np.ndarray, call: str, writable: bool = False) -> int:
+    """The address of a host array's bytes, after checking that a copy can use them."""
+    if not array.flags.c_contiguous:
+        raise ValueError(f"{call}: the host array must be C-contiguous")
+    if writable and not array.flags.writeable:
+        raise ValueError(f"{call}: the destination host array is read-only")
+    return array.ctypes.data
+
+
+def _kernel_arg(arg: KernelArg) -> np.ndarray | ctypes._SimpleCData:
+    """Storage holding one kernel argument's bytes, as the kernel's parameter expects them.
+
+    Python ints are 64-bit device pointers (or sizes); NumPy scalars keep their own type
+    (np.int32, np.float32, ml_dtypes.bfloat16, ...); ctypes scalars are used as they are.
+    """
+    if isinstance(arg, np.generic):
+        return np.array(arg)
+    if isinstance(arg, ctypes._SimpleCData):
+        return arg
+    if isinstance(arg, int) and not isinstance(arg, bool) and arg >= 0:
+        return np.array(arg, dtype=np.uint64)
+    raise TypeError(
+        f"kernel argument {arg!r}: pass a non-negative int (a device pointer) or a NumPy "
+        "scalar of the parameter's type, e.g. np.int64(-1), np.float32(1.0), np.bool_(True)"
+    )
+
+
+def _address(storage: np.ndarray | ctypes._SimpleCData) -> int:
+    if isinstance(storage, np.ndarray):
+        return storage.ctypes.data
+    return ctypes.addressof(storage)
+
+
+def _dim3(dims: tuple[int, ...]) -> tuple[int, int, int]:
+    """A grid or block as three ints; missing trailing dimensions are 1."""
+    dims = tuple(int(d) for d in dims)
+    if not 1 <= len(dims) <= 3:
+        raise ValueError(f"grid and block take 1 to 3 dimensions, got {dims}")
+    return dims + (1,) * (3 - len(dims))
+
+
+class CudaDriver(Driver):
+    """Every call vram makes on a real NVIDIA GPU, through cuda.bindings' driver API."""
+
+    kind = "cuda"
+
+    def __init__(self) -> None:
+        try:
+            result = cu.cuInit(0)
+        except Exception as exc:  # no libcuda.so: no NVIDIA driver on this machine
+            raise CudaError("cuInit", "CUDA_ERROR_NO_DEVICE", f"no NVIDIA driver: {exc}") from exc
+        _check("cuInit", result)
+        self._tls = _ThreadState()
+        self._lock = threading.Lock()  # guards first use of a device (_devices, _contexts)
+        self._devices: dict[int, cu.CUdevice] = {}
+        self._contexts: dict[int, cu.CUcontext] = {}
+        self._properties: dict[int, DeviceProperties] = {}
+        self._vmm_props: dict[int, cu.CUmemAllocationProp] = {}
+        self._streams: dict[int, _Handle] = {}
+        self._events: dict[int, _Handle] = {}
+        self._kernels: dict[tuple[int, str, str], CudaKernel] = {}
+
+    # ---- contexts ------------------------------------------------------------------
+    def _device(self, device: int) -> cu.CUdevice:
+        handle = self._devices.get(device)
+        if handle is None:
+            handle = _check("cuDeviceGet", cu.cuDeviceGet(device))
+            self._devices[device] = handle
+        return handle
+
+    def _context(self, device: int) -> cu.CUcontext:
+        """The device's primary context, retained on first use."""
+        context = self._contexts.get(device)
+        if context is None:
+            with self._lock:
+                context = self._contexts.get(device)
+                if context is None:
+                    retain = cu.cuDevicePrimaryCtxRetain(self._device(device))
+                    context = _check("cuDevicePrimaryCtxRetain", retain)
+                    self._contexts[device] = context
+        return context
+
+    def _use(self, device: int) -> None:
+        """Make ``device``'s primary context current on this thread (skipped if it is)."""
+        if self._tls.context_device == device:
+            return
+        _check("cuCtxSetCurrent", cu.cuCtxSetCurrent(self._context(device)))
+        self._tls.context_device = device
+
+    def set_device(self, device: int) -> None:
+        """Make ``device`` this thread's current device (``cudaSetDevice``): stream 0's device."""
+        self._tls.context_device = -1  # set it even if other code changed it behind our back
+        self._use(device)
+        self._tls.device = device
+
+    def _stream(self, stream: int, device: int | None = None) -> Any:
+        """Make current the context of ``stream``; return what to pass as ``hStream``.
+
+        Stream 0 belongs to ``device`` when given, else to this thread's current device.
+        """
+        if stream == _LEGACY_STREAM:
+            self._use(self._tls.device if device is None else device)
+            return _LEGACY_STREAM
+        handle = self._streams.get(stream)
+        if handle is None:
+            raise ValueError(f"stream {stream:#x} was not made by this driver or was destroyed")
+        self._use(handle.device)
+        return handle.obj
+
+    def _event(self, event: int) -> _Handle:
+        """The handle of an event this driver made (no context is made current)."""
+        handle = self._events.get(event)
+        if handle is None:
+            raise ValueError(f"event {event:#x} was not made by this driver or was destroyed")
+        return handle
+
+    def _use_event(self, event: int) -> Any:
+        """Make current the context of ``event``; return the binding object."""
+        handle = self._event(event)
+        self._use(handle.device)
+        return handle.obj
+
+    # ---- devices -------------------------------------------------------------------
+    def device_count(self) -> int:
+        return _check("cuDeviceGetCount", cu.cuDeviceGetCount())
+
+    def _attribute(self, device: int, name: str) -> int:
+        attribute = getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+        return _check(
+            "cuDeviceGetAttribute", cu.cuDeviceGetAttribute(attribute, self._device(device))
+        )
+
+    def properties(self, device: int) -> DeviceProperties:
+        props = self._properties.get(device)
+        if props is None:
+            props = self._read_properties(device)
+            self._properties[device] = props
+        return props
+
+    def _read_properties(self, device: int) -> DeviceProperties:
+        handle = self._device(device)
+        name = _check("cuDeviceGetName", cu.cuDeviceGetName(_NAME_LENGTH, handle))
+        raw_uuid = _check("cuDeviceGetUuid", cu.cuDeviceGetUuid(handle)).bytes
+        if isinstance(raw_uuid, str):
+            raw_uuid = raw_uuid.encode("latin-1")
+        return DeviceProperties(
+            name=name.split(b"\0", 1)[0].decode(errors="replace"),
+            total_memory=_check("cuDeviceTotalMem", cu.cuDeviceTotalMem(handle)),
+            major=self._attribute(device, "COMPUTE_CAPABILITY_MAJOR"),
+            minor=self._attribute(device, "COMPUTE_CAPABILITY_MINOR"),
+            multi_processor_count=self._attribute(device, "MULTIPROCESSOR_COUNT"),
+            l2_cache_size=self._attribute(device, "L2_CACHE_SIZE"),
+            warp_size=self._attribute(device, "WARP_SIZE"),
+            max_threads_per_block=self._attribute(device, "MAX_THREADS_PER_BLOCK"),
+            uuid=str(uuid.UUID(bytes=bytes(raw_uuid[:16]))),
+            driver="cuda",
+        )
+
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        self._use(device)
+        free, total = _check("cuMemGetInfo", cu.cuMemGetInfo())
+        return int(free), int(total)
+
+    def device_synchronize(self, device: int) -> None:
+        """Wait for all work on the device. Synchronizes."""
+        self._use(device)
+        _check("cuCtxSynchronize", cu.cuCtxSynchronize())
+
+    # ---- device memory -------------------------------------------------------------
+    def malloc(self, device: int, size: int) -> int:
+        self._use(device)
+        return int(_check("cuMemAlloc", cu.cuMemAlloc(size)))
+
+    def free(self, device: int, ptr: int) -> None:
+        self._use(device)
+        _check_teardown("cuMemFree", cu.cuMemFree(ptr))
+
+    # ---- virtual memory management -------------------------------------------------
+    def _vmm_prop(self, device: int) -> cu.CUmemAllocationProp:
+        """Pinned device memory on ``device``: what every ``cuMemCreate`` here asks for."""
+        prop = self._vmm_props.get(device)
+        if prop is None:
+            prop = cu.CUmemAllocationProp()
+            prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+            prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+            prop.location.id = device
+            self._vmm_props[device] = prop
+        return prop
+
+    def vmm_granularity(self, device: int) -> int:
+        minimum = cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM
+        result = cu.cuMemGetAllocationGranularity(self._vmm_prop(device), minimum)
+        return int(_check("cuMemGetAllocationGranularity", result))
+
+    def vmm_reserve(self, device: int, size: int) -> int:
+        self._use(device)
+        return int(_check("cuMemAddressReserve", cu.cuMemAddressReserve(size, 0, 0, 0)))
+
+    def vmm_release(self, device: int, va: int, size: int) -> None:
+        self._use(device)
+        _check_teardown("cuMemAddressFree", cu.cuMemAddressFree(va, size))
+
+    def vmm_create(self, device: int, size: int) -> int:
+        self._use(device)
+        return int(_check("cuMemCreate", cu.cuMemCreate(size, self._vmm_prop(device), 0)))
+
+    def vmm_release_handle(self, device: int, handle: int) -> None:
+        self._use(device)
+        _check_teardown("cuMemRelease", cu.cuMemRelease(handle))
+
+    def vmm_map(self, device: int, va: int, size: int, handle: int) -> None:
+        """Map ``handle`` at ``va`` and make it readable and writable by ``device``."""
+        self._use(device)
+        _check("cuMemMap", cu.cuMemMap(va, size, 0, handle, 0))
+        access = cu.CUmemAccessDesc()
+        access.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        access.location.id = device
+        access.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        _check("cuMemSetAccess", cu.cuMemSetAccess(va, size, [access], 1))
+
+    def vmm_unmap(self, device: int, va: int, size: int) -> None:
+        self._use(device)
+        _check_teardown("cuMemUnmap", cu.cuMemUnmap(va, size))
+
+    # ---- streams -------------------------------------------------------------------
+    def default_stream(self, device: int) -> int:
+        """0: the legacy default stream (see the module docstring for which device's)."""
+        return _LEGACY_STREAM
+
+    def stream_create(self, device: int, priority: int = 0) -> int:
+        self._use(device)
+        flags = cu.CUstream_flags.CU_STREAM_NON_BLOCKING
+        stream = _check(
+            "cuStreamCreateWithPriority", cu.cuStreamCreateWithPriority(flags, priority)
+        )
+        self._streams[int(stream)] = _Handle(stream, device)
+        return int(stream)
+
+    def stream_destroy(self, stream: int) -> None:
+        hstream = self._stream(stream)
+        del self._streams[stream]
+        _check_teardown("cuStreamDestroy", cu.cuStreamDestroy(hstream))
+
+    def stream_priority_range(self, device: int) -> tuple[int, int]:
+        self._use(device)
+        least, greatest = _check("cuCtxGetStreamPriorityRange", cu.cuCtxGetStreamPriorityRange())
+        return int(least), int(greatest)
+
+    def stream_query(self, stream: int) -> bool:
+        return _query("cuStreamQuery", cu.cuStreamQuery(self._stream(stream)))
+
+    def stream_synchronize(self, stream: int) -> None:
+        """Wait for everything queued on ``stream``. Synchronizes."""
+        _check("cuStreamSynchronize", cu.cuStreamSynchronize(self._stream(stream)))
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        hevent = self._event(event).obj  # may be another device's: cross-device waits work
+        hstream = self._stream(stream)
+        _check("cuStreamWaitEvent", cu.cuStreamWaitEvent(hstream, hevent, 0))
+
+    # ---- events --------------------------------------------------------------------
+    def event_create(self, device: int, timing: bool = False) -> int:
+        self._use(device)
+        flags = 0 if timing else cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
+        event = _check("cuEventCreate", cu.cuEventCreate(flags))
+        self._events[int(event)] = _Handle(event, device)
+        return int(event)
+
+    def event_destroy(self, event: int) -> None:
+        hevent = self._use_event(event)
+        del self._events[event]
+        _check_teardown("cuEventDestroy", cu.cuEventDestroy(hevent))
+
+    def event_record(self, event: int, stream: int) -> None:
+        handle = self._event(event)
+        hstream = self._stream(stream, handle.device)
+        _check("cuEventRecord", cu.cuEventRecord(handle.obj, hstream))
+
+    def event_query(self, event: int) -> bool:
+        """True when the last record has run; True for a never-recorded event (as CUDA)."""
+        return _query("cuEventQuery", cu.cuEventQuery(self._use_event(event)))
+
+    def event_synchronize(self, event: int) -> None:
+        """Wait for the event's last record. Synchronizes."""
+        _check("cuEventSynchronize", cu.cuEventSynchronize(self._use_event(event)))
+
+    def event_elapsed_ms(self, start: int, end: int) -> float:
+        hend = self._event(end).obj
+        hstart = self._use_event(start)
+        return float(_check("cuEventElapsedTime", cu.cuEventElapsedTime(hstart, hend)))
+
+    # ---- copies and memset ---------------------------------------------------------
+    def memcpy_htod(self, dst: int, src: np.ndarray, stream: int) -> None:
+        host = _host_pointer(src, "memcpy_htod")
+        if src.nbytes:
+            result = cu.cuMemcpyHtoDAsync(dst, host, src.nbytes, self._stream(stream))
+            _check("cuMemcpyHtoDAsync", result)
+
+    def memcpy_dtoh(self, dst: np.ndarray, src: int, stream: int) -> None:
+        host = _host_pointer(dst, "memcpy_dtoh", writable=True)
+        if dst.nbytes:
+            result = cu.cuMemcpyDtoHAsync(host, src, dst.nbytes, self._stream(stream))
+            _check("cuMemcpyDtoHAsync", result)
+
+    def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        if nbytes:
+            result = cu.cuMemcpyDtoDAsync(dst, src, nbytes, self._stream(stream))
+            _check("cuMemcpyDtoDAsync", result)
+
+    def memset_d8(self, ptr: int, value: int, nbytes: int, stream: int) -> None:
+        if not 0 <= value <= 0xFF:
+            raise ValueError(f"memset_d8: value must be a byte (0..255), got {value}")
+        if nbytes:
+            result = cu.cuMemsetD8Async(ptr, value, nbytes, self._stream(stream))
+            _check("cuMemsetD8Async", result)
+
+    # ---- pinned host memory --------------------------------------------------------
+    def host_alloc(self, nbytes: int) -> int:
+        """Page-locked host memory, portable: every device's context sees it as pinned."""
+        self._use(self._tls.device)
+        result = cu.cuMemHostAlloc(nbytes, cu.CU_MEMHOSTALLOC_PORTABLE)
+        return int(_check("cuMemHostAlloc", result))
+
+    def host_free(self, ptr: int) -> None:
+        self._use(self._tls.device)
+        _check_teardown("cuMemFreeHost", cu.cuMemFreeHost(ptr))
+
+    def host_view(self, ptr: int, nbytes: int) -> np.ndarray:
+        buffer = (ctypes.c_uint8 * nbytes).from_address(ptr)
+        return np.ctypeslib.as_array(buffer)
+
+    # ---- kernels -------------------------------------------------------------------
+    def compile(self, device: int, source: str, name: str) -> CudaKernel:
+        """Compile ``source`` with NVRTC for the device and load kernel ``name`` (cached).
+
+        ``name`` is the kernel as C++ spells it: ``"axpy"`` for an ``extern "C"`` kernel,
+        ``"scale<float>"`` for a template instance.
+        """
+        key = (device, hashlib.sha256(source.encode()).hexdigest(), name)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            kernel = self._load(device, source, name)
+            self._kernels[key] = kernel
+        return kernel
+
+    def _load(self, device: int, source: str, name: str) -> CudaKernel:
+        props = self.properties(device)
+        program = compile_program(source, arch_for(props.major, props.minor), (name,))
+        self._use(device)
+        module = _check("cuModuleLoadData", cu.cuModuleLoadData(program.image))
+        symbol = program.lowered_names[name].encode()
+        function = _check("cuModuleGetFunction", cu.cuModuleGetFunction(module, symbol))
+        return CudaKernel(name=name, device=device, function=function, module=module)
+
+    def launch(
+        self,
+        kernel: CudaKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: tuple[KernelArg, ...],
+        stream: int,
+        shared_mem: int = 0,
+    ) -> None:
+        """Launch ``kernel`` on ``stream`` (stream 0: the kernel's device's legacy stream).
+
+        ``args`` follow the kernel's parameters: ints for pointers, NumPy scalars for values.
+        """
+        hstream = self._stream(stream, kernel.device)
+        storage = [_kernel_arg(arg) for arg in args]  # alive until cuLaunchKernel copied them
+        pointers = np.array([_address(value) for value in storage], dtype=np.uint64)
+        params = pointers.ctypes.data if storage else 0
+        result = cu.cuLaunchKernel(
+            kernel.function, *_dim3(grid), *_dim3(block), shared_mem, hstream, params, 0
+        )
+        _check("cuLaunchKernel", result)

@@ -1,0 +1,581 @@
+"""The simulated GPU: a full device in host memory, so every allocator rule runs without a GPU.
+
+Memory
+- Each device has a capacity (``VRAM_SIM_MEMORY``, default 16 GiB) that counts what
+  ``malloc`` and ``vmm_create`` hold, and its own range of virtual addresses. A malloc or a
+  VMM reservation is backed by an anonymous mapping: address space, not RAM, until written.
+  Unmapping a VMM range gives its pages back to the host (madvise DONTNEED).
+- ``view(ptr, nbytes)`` is a NumPy uint8 view of device memory, used by the sim kernels.
+  Touching memory that is not allocated or mapped raises CUDA_ERROR_ILLEGAL_ADDRESS.
+
+Streams and events
+- A stream is a FIFO of work items: a callable, an event record, or a wait on an event's
+  record. Eagerly (the default) queued work runs at once; inside ``deferred()`` it is held
+  until a stream or event is synchronized or ``run()`` drives every stream. A wait holds its
+  stream until the record it waits for has run; synchronizing a stream runs exactly the work
+  it depends on on other streams, nothing more.
+- Queued work holds device pointers, never tensors: memory freed while work is still queued
+  is reused by whatever the allocator decides, exactly as on a GPU.
+
+Faults: ``inject_malloc_failure(nth=..., above_bytes=...)`` makes device mallocs (malloc and
+vmm_create) fail with CUDA_ERROR_OUT_OF_MEMORY.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import mmap
+import os
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._errors import CudaError, DeferredCudaError
+from ._base import DeviceProperties, Driver
+
+__all__ = ["SimDriver", "parse_bytes"]
+
+_GiB = 1 << 30
+_MALLOC_ALIGNMENT = 512  # bytes; cudaMalloc gives at least 256-byte alignment
+_VMM_GRANULARITY = 2 << 20  # bytes; the H100's minimum VMM page
+_VA_BASE = 0x7F00_0000_0000  # first simulated device address of device 0
+_VA_SPAN = 1 << 40  # bytes of virtual address space per simulated device
+_HOST_PAGE = mmap.PAGESIZE
+
+
+def parse_bytes(text: str, argument: str = "VRAM_SIM_MEMORY") -> int:
+    """'16GiB', '512MB', '1073741824' -> bytes; ValueError naming ``argument`` otherwise."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise ValueError(f"{argument}: cannot read {text!r} as a size in bytes")
+    number, unit = match.groups()
+    scale = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    key = (unit or "").upper().replace("I", "").rstrip("B") or ""
+    size = int(float(number) * scale[key])
+    if size <= 0:
+        raise ValueError(f"{argument}: size must be positive, got {text!r}")
+    return size
+
+
+# ---------------------------------------------------------------------------------------
+# memory
+
+
+@dataclass(slots=True)
+class _Range:
+    """A live piece of device address space with host memory behind it."""
+
+    start: int
+    size: int
+    buffer: np.ndarray  # uint8 over ``backing``
+    backing: mmap.mmap  # private anonymous mapping: host pages are taken when first written
+    kind: str  # "malloc" or "reserve"
+    mapped: list[tuple[int, int, int]] = field(default_factory=list)  # (offset, size, handle)
+
+
+class _DeviceMemory:
+    """Address space, capacity and backing store of one simulated device."""
+
+    def __init__(self, index: int, capacity: int) -> None:
+        self.index = index
+        self.capacity = capacity
+        self.used = 0  # bytes held by malloc and vmm_create
+        self._free_va: list[tuple[int, int]] = [(_VA_BASE + index * _VA_SPAN, _VA_SPAN)]
+        self._starts: list[int] = []  # sorted starts of live ranges
+        self._ranges: dict[int, _Range] = {}
+        self.handles: dict[int, int] = {}  # vmm handle -> size
+        self.mapped_handles: dict[int, int] = {}  # vmm handle -> times mapped
+
+    # address space: first fit over sorted free intervals, merged on release
+    def take_va(self, size: int, alignment: int) -> int:
+        for i, (start, length) in enumerate(self._free_va):
+            aligned = -(-start // alignment) * alignment
+            if aligned + size <= start + length:
+                pieces = []
+                if aligned > start:
+                    pieces.append((start, aligned - start))
+                if aligned + size < start + length:
+                    pieces.append((aligned + size, start + length - aligned - size))
+                self._free_va[i : i + 1] = pieces
+                return aligned
+        raise CudaError("cuMemAddressReserve", "CUDA_ERROR_OUT_OF_MEMORY")
+
+    def give_va(self, start: int, size: int) -> None:
+        i = bisect.bisect(self._free_va, (start, 0))
+        self._free_va.insert(i, (start, size))
+        if i + 1 < len(self._free_va) and start + size == self._free_va[i + 1][0]:
+            self._free_va[i] = (start, size + self._free_va.pop(i + 1)[1])
+        if i > 0 and self._free_va[i - 1][0] + self._free_va[i - 1][1] == start:
+            prev = self._free_va[i - 1]
+            self._free_va[i - 1] = (prev[0], prev[1] + self._free_va.pop(i)[1])
+
+    def add_range(self, start: int, size: int, kind: str) -> None:
+        backing = _anonymous(size)
+        buffer = np.frombuffer(backing, dtype=np.uint8)[:size]
+        bisect.insort(self._starts, start)
+        self._ranges[start] = _Range(start, size, buffer, backing, kind)
+
+    def drop_range(self, start: int) -> _Range:
+        rng = self._ranges.pop(start)
+        del self._starts[bisect.bisect_left(self._starts, start)]
+        return rng
+
+    def range_at(self, start: int, kind: str, call: str) -> _Range:
+        rng = self._ranges.get(start)
+        if rng is None or rng.kind != kind:
+            raise CudaError(call, "CUDA_ERROR_INVALID_VALUE", f"no {kind} at {start:#x}")
+        return rng
+
+    def find(self, ptr: int) -> _Range | None:
+        i = bisect.bisect_right(self._starts, ptr) - 1
+        if i < 0:
+            return None
+        rng = self._ranges[self._starts[i]]
+        return rng if ptr < rng.start + rng.size else None
+
+
+# ---------------------------------------------------------------------------------------
+# streams and events
+
+
+@dataclass(slots=True, eq=False)
+class _Mark:
+    """One record of an event: completes when the stream reaches it."""
+
+    stream: _Stream
+    done: bool = False
+    time: float = 0.0
+
+
+@dataclass(slots=True, eq=False)
+class _Stream:
+    handle: int
+    device: int
+    priority: int
+    queue: deque = field(default_factory=deque)  # items: ("run", fn) | ("mark", m) | ("wait", m)
+
+
+@dataclass(slots=True, eq=False)
+class _Event:
+    handle: int
+    device: int
+    timing: bool
+    last: _Mark | None = None
+
+
+@dataclass(slots=True)
+class _Faults:
+    nth: int | None = None  # the nth device malloc from now fails (once)
+    above_bytes: int | None = None  # every device malloc larger than this fails
+    calls: int = 0
+
+
+class SimDriver(Driver):
+    """The simulated GPU (see the module docstring for its semantics)."""
+
+    kind = "sim"
+
+    def __init__(self, device_count: int | None = None, capacity: int | None = None) -> None:
+        if device_count is None:
+            device_count = int(os.environ.get("VRAM_SIM_DEVICES", "2"))
+        if device_count < 1:
+            raise ValueError(f"VRAM_SIM_DEVICES must be at least 1, got {device_count}")
+        if capacity is None:
+            capacity = parse_bytes(os.environ.get("VRAM_SIM_MEMORY", "16GiB"))
+        self._lock = threading.RLock()
+        self._memory = [_DeviceMemory(i, capacity) for i in range(device_count)]
+        self._handles = itertools.count(1)
+        self._streams: dict[int, _Stream] = {}
+        self._events: dict[int, _Event] = {}
+        self._default = [self._new_stream(i, 0) for i in range(device_count)]
+        self._host: dict[int, np.ndarray] = {}
+        self.faults = _Faults()
+        self.deferred_depth = 0  # > 0 while inside vram.sim.deferred()
+        self._errors: list[BaseException] = []  # failures of queued work, raised at sync
+
+    # ---- devices -------------------------------------------------------------------
+    def device_count(self) -> int:
+        return len(self._memory)
+
+    def _mem(self, device: int) -> _DeviceMemory:
+        if not 0 <= device < len(self._memory):
+            raise CudaError("cuDeviceGet", "CUDA_ERROR_INVALID_DEVICE", f"sim device {device}")
+        return self._memory[device]
+
+    def properties(self, device: int) -> DeviceProperties:
+        mem = self._mem(device)
+        return DeviceProperties(
+            name="vram simulated GPU",
+            total_memory=mem.capacity,
+            major=9,
+            minor=0,
+            multi_processor_count=132,
+            l2_cache_size=50 << 20,
+            warp_size=32,
+            max_threads_per_block=1024,
+            uuid=f"SIM-{device:08d}",
+            driver="sim",
+        )
+
+    def set_capacity(self, device: int, capacity: int) -> None:
+        """Change a device's capacity (bytes); what it holds now is kept."""
+        if capacity <= 0:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        self._mem(device).capacity = capacity
+
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        mem = self._mem(device)
+        return max(mem.capacity - mem.used, 0), mem.capacity
+
+    def device_synchronize(self, device: int) -> None:
+        with self._lock:
+            for stream in list(self._streams.values()):
+                if stream.device == device:
+                    self._drain(stream, None)
+        self._raise_deferred()
+
+    # ---- device memory -------------------------------------------------------------
+    def _charge(self, mem: _DeviceMemory, size: int, call: str) -> None:
+        faults = self.faults
+        faults.calls += 1
+        if faults.nth is not None and faults.calls == faults.nth:
+            faults.nth = None
+            raise CudaError(call, "CUDA_ERROR_OUT_OF_MEMORY", "injected failure (nth)")
+        if faults.above_bytes is not None and size > faults.above_bytes:
+            raise CudaError(call, "CUDA_ERROR_OUT_OF_MEMORY", "injected failure (above_bytes)")
+        if mem.used + size > mem.capacity:
+            raise CudaError(call, "CUDA_ERROR_OUT_OF_MEMORY")
+        mem.used += size
+
+    def malloc(self, device: int, size: int) -> int:
+        if size <= 0:
+            raise CudaError("cuMemAlloc", "CUDA_ERROR_INVALID_VALUE", f"size {size}")
+        with self._lock:
+            mem = self._mem(device)
+            self._charge(mem, size, "cuMemAlloc")
+            ptr = mem.take_va(size, _MALLOC_ALIGNMENT)
+            mem.add_range(ptr, size, "malloc")
+            return ptr
+
+    def free(self, device: int, ptr: int) -> None:
+        with self._lock:
+            # cudaFree synchronizes the device before it returns
+            for stream in list(self._streams.values()):
+                if stream.device == device:
+                    self._drain(stream, None)
+            mem = self._mem(device)
+            rng = mem.range_at(ptr, "malloc", "cuMemFree")
+            mem.drop_range(ptr)
+            mem.give_va(ptr, rng.size)
+            mem.used -= rng.size
+
+    # ---- VMM -----------------------------------------------------------------------
+    def vmm_granularity(self, device: int) -> int:
+        self._mem(device)
+        return _VMM_GRANULARITY
+
+    def _check_granular(self, size: int, call: str) -> None:
+        if size <= 0 or size % _VMM_GRANULARITY:
+            raise CudaError(call, "CUDA_ERROR_INVALID_VALUE", f"size {size} not granular")
+
+    def vmm_reserve(self, device: int, size: int) -> int:
+        self._check_granular(size, "cuMemAddressReserve")
+        with self._lock:
+            mem = self._mem(device)
+            va = mem.take_va(size, _VMM_GRANULARITY)
+            mem.add_range(va, size, "reserve")
+            return va
+
+    def vmm_release(self, device: int, va: int, size: int) -> None:
+        with self._lock:
+            mem = self._mem(device)
+            rng = mem.range_at(va, "reserve", "cuMemAddressFree")
+            if rng.mapped or rng.size != size:
+                raise CudaError("cuMemAddressFree", "CUDA_ERROR_INVALID_VALUE", "still mapped")
+            mem.drop_range(va)
+            mem.give_va(va, size)
+
+    def vmm_create(self, device: int, size: int) -> int:
+        self._check_granular(size, "cuMemCreate")
+        with self._lock:
+            mem = self._mem(device)
+            self._charge(mem, size, "cuMemCreate")
+            handle = next(self._handles)
+            mem.handles[handle] = size
+            return handle
+
+    def vmm_release_handle(self, device: int, handle: int) -> None:
+        with self._lock:
+            mem = self._mem(device)
+            size = mem.handles.pop(handle, None)
+            if size is None:
+                raise CudaError("cuMemRelease", "CUDA_ERROR_INVALID_VALUE", f"handle {handle}")
+            mem.used -= size
+
+    def vmm_map(self, device: int, va: int, size: int, handle: int) -> None:
+        with self._lock:
+            mem = self._mem(device)
+            rng = mem.find(va)
+            if rng is None or rng.kind != "reserve" or va + size > rng.start + rng.size:
+                raise CudaError("cuMemMap", "CUDA_ERROR_INVALID_VALUE", f"va {va:#x}")
+            if mem.handles.get(handle) != size:
+                raise CudaError("cuMemMap", "CUDA_ERROR_INVALID_VALUE", f"handle {handle}")
+            offset = va - rng.start
+            for o, s, _ in rng.mapped:
+                if o < offset + size and offset < o + s:
+                    raise CudaError("cuMemMap", "CUDA_ERROR_ALREADY_MAPPED", f"va {va:#x}")
+            rng.mapped.append((offset, size, handle))
+            rng.mapped.sort()
+
+    def vmm_unmap(self, device: int, va: int, size: int) -> None:
+        with self._lock:
+            mem = self._mem(device)
+            rng = mem.find(va)
+            if rng is None or rng.kind != "reserve":
+                raise CudaError("cuMemUnmap", "CUDA_ERROR_INVALID_VALUE", f"va {va:#x}")
+            offset = va - rng.start
+            kept = [m for m in rng.mapped if not (offset <= m[0] and m[0] + m[1] <= offset + size)]
+            if len(kept) == len(rng.mapped):
+                raise CudaError("cuMemUnmap", "CUDA_ERROR_INVALID_VALUE", f"va {va:#x}")
+            rng.mapped = kept
+            # the pages go back to the host; a later map sees zeros, like fresh memory
+            rng.backing.madvise(mmap.MADV_DONTNEED, offset, size)
+
+    # ---- memory access for the sim kernels -------------------------------------------
+    def view(self, ptr: int, nbytes: int) -> np.ndarray:
+        """A writable uint8 view of ``nbytes`` of device memory at ``ptr``."""
+        for mem in self._memory:
+            rng = mem.find(ptr)
+            if rng is None:
+                continue
+            offset = ptr - rng.start
+            if offset + nbytes > rng.size:
+                break
+            if rng.kind == "reserve" and not _covered(rng.mapped, offset, nbytes):
+                break
+            return rng.buffer[offset : offset + nbytes]
+        raise CudaError("memory access", "CUDA_ERROR_ILLEGAL_ADDRESS", f"{nbytes} B at {ptr:#x}")
+
+    # ---- streams -------------------------------------------------------------------
+    def _new_stream(self, device: int, priority: int) -> int:
+        handle = next(self._handles)
+        self._streams[handle] = _Stream(handle, device, priority)
+        return handle
+
+    def _stream(self, handle: int, call: str) -> _Stream:
+        stream = self._streams.get(handle)
+        if stream is None:
+            raise CudaError(call, "CUDA_ERROR_INVALID_HANDLE", f"stream {handle}")
+        return stream
+
+    def default_stream(self, device: int) -> int:
+        self._mem(device)
+        return self._default[device]
+
+    def stream_create(self, device: int, priority: int = 0) -> int:
+        with self._lock:
+            self._mem(device)
+            return self._new_stream(device, max(-5, min(0, priority)))
+
+    def stream_destroy(self, stream: int) -> None:
+        with self._lock:
+            s = self._streams.get(stream)
+            if s is not None and stream not in self._default:
+                self._drain(s, None)  # as CUDA: queued work still completes
+                del self._streams[stream]
+
+    def stream_priority_range(self, device: int) -> tuple[int, int]:
+        self._mem(device)
+        return 0, -5
+
+    def stream_query(self, stream: int) -> bool:
+        with self._lock:
+            return not self._stream(stream, "cuStreamQuery").queue
+
+    def stream_synchronize(self, stream: int) -> None:
+        with self._lock:
+            self._drain(self._stream(stream, "cuStreamSynchronize"), None)
+        self._raise_deferred()
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        with self._lock:
+            s = self._stream(stream, "cuStreamWaitEvent")
+            e = self._event(event, "cuStreamWaitEvent")
+            if e.last is not None and not e.last.done:
+                self._enqueue(s, ("wait", e.last))
+
+    def enqueue(self, stream: int, fn: Callable[[], None]) -> None:
+        """Queue a host function as a kernel on ``stream`` (the sim's kernel launch)."""
+        with self._lock:
+            self._enqueue(self._stream(stream, "cuLaunchKernel"), ("run", fn))
+
+    # ---- events --------------------------------------------------------------------
+    def _event(self, handle: int, call: str) -> _Event:
+        event = self._events.get(handle)
+        if event is None:
+            raise CudaError(call, "CUDA_ERROR_INVALID_HANDLE", f"event {handle}")
+        return event
+
+    def event_create(self, device: int, timing: bool = False) -> int:
+        with self._lock:
+            self._mem(device)
+            handle = next(self._handles)
+            self._events[handle] = _Event(handle, device, timing)
+            return handle
+
+    def event_destroy(self, event: int) -> None:
+        with self._lock:
+            self._events.pop(event, None)
+
+    def event_record(self, event: int, stream: int) -> None:
+        with self._lock:
+            e = self._event(event, "cuEventRecord")
+            s = self._stream(stream, "cuEventRecord")
+            e.last = _Mark(s)
+            self._enqueue(s, ("mark", e.last))
+
+    def event_query(self, event: int) -> bool:
+        with self._lock:
+            last = self._event(event, "cuEventQuery").last
+            return last is None or last.done
+
+    def event_synchronize(self, event: int) -> None:
+        with self._lock:
+            last = self._event(event, "cuEventSynchronize").last
+            if last is not None and not last.done:
+                self._drain(last.stream, last)
+        self._raise_deferred()
+
+    def event_elapsed_ms(self, start: int, end: int) -> float:
+        with self._lock:
+            a = self._event(start, "cuEventElapsedTime")
+            b = self._event(end, "cuEventElapsedTime")
+            if not (a.timing and b.timing):
+                raise CudaError("cuEventElapsedTime", "CUDA_ERROR_INVALID_HANDLE", "no timing")
+            if a.last is None or b.last is None:
+                raise CudaError("cuEventElapsedTime", "CUDA_ERROR_INVALID_HANDLE", "not recorded")
+            if not (a.last.done and b.last.done):
+                raise CudaError("cuEventElapsedTime", "CUDA_ERROR_NOT_READY")
+            return (b.last.time - a.last.time) * 1000.0
+
+    # ---- running queued work -------------------------------------------------------
+    def _enqueue(self, stream: _Stream, item: tuple) -> None:
+        stream.queue.append(item)
+        if self.deferred_depth == 0:
+            self._drain(stream, None)
+
+    def _drain(self, stream: _Stream, until: _Mark | None) -> None:
+        """Run ``stream``'s work in order until it is empty or ``until`` has completed.
+
+        A wait whose record has not run yet first drives the stream that holds that
+        record, up to it and no further.
+        """
+        queue = stream.queue
+        while queue and not (until is not None and until.done):
+            kind, payload = queue[0]
+            if kind == "wait" and not payload.done:
+                self._drain(payload.stream, payload)
+                continue
+            queue.popleft()
+            if kind == "run":
+                try:
+                    payload()
+                except Exception as exc:  # surfaces at the next synchronize, as on a GPU
+                    self._errors.append(exc)
+            elif kind == "mark":
+                payload.done = True
+                payload.time = time.perf_counter()
+
+    def run(self) -> None:
+        """Run everything queued on every stream (``vram.sim.run()``)."""
+        with self._lock:
+            for stream in list(self._streams.values()):
+                self._drain(stream, None)
+        self._raise_deferred()
+
+    def pending(self, stream: int) -> int:
+        """How many work items are queued on ``stream`` and not yet run."""
+        with self._lock:
+            return len(self._stream(stream, "pending").queue)
+
+    def _raise_deferred(self) -> None:
+        if self._errors:
+            first, self._errors = self._errors[0], []
+            if isinstance(first, CudaError):
+                raise DeferredCudaError(first.call, first.name, first.detail) from first
+            raise DeferredCudaError("queued kernel", "CUDA_ERROR_LAUNCH_FAILED", repr(first))
+
+    # ---- copies --------------------------------------------------------------------
+    def memcpy_htod(self, dst: int, src: np.ndarray, stream: int) -> None:
+        data = np.ascontiguousarray(src).reshape(-1).view(np.uint8)
+        self.view(dst, data.nbytes)  # a bad address fails at the call, as CUDA's does
+        self.enqueue(stream, lambda: self.view(dst, data.nbytes).__setitem__(..., data))
+
+    def memcpy_dtoh(self, dst: np.ndarray, src: int, stream: int) -> None:
+        if not dst.flags.c_contiguous:
+            raise ValueError("memcpy_dtoh: dst must be C-contiguous")
+        out = dst.reshape(-1).view(np.uint8)
+        self.view(src, out.nbytes)
+        self.enqueue(stream, lambda: out.__setitem__(..., self.view(src, out.nbytes)))
+
+    def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        if nbytes == 0:
+            return
+        self.view(dst, nbytes)
+        self.view(src, nbytes)
+        self.enqueue(
+            stream, lambda: self.view(dst, nbytes).__setitem__(..., self.view(src, nbytes).copy())
+        )
+
+    def memset_d8(self, ptr: int, value: int, nbytes: int, stream: int) -> None:
+        if nbytes == 0:
+            return
+        self.view(ptr, nbytes)
+        self.enqueue(stream, lambda: self.view(ptr, nbytes).fill(value & 0xFF))
+
+    # ---- pinned host memory ----------------------------------------------------------
+    def host_alloc(self, nbytes: int) -> int:
+        if nbytes <= 0:
+            raise CudaError("cuMemHostAlloc", "CUDA_ERROR_INVALID_VALUE", f"size {nbytes}")
+        buffer = np.frombuffer(_anonymous(nbytes), dtype=np.uint8)[:nbytes]
+        ptr = buffer.ctypes.data
+        with self._lock:
+            self._host[ptr] = buffer
+        return ptr
+
+    def host_free(self, ptr: int) -> None:
+        with self._lock:
+            if self._host.pop(ptr, None) is None:
+                raise CudaError("cuMemFreeHost", "CUDA_ERROR_INVALID_VALUE", f"ptr {ptr:#x}")
+
+    def host_view(self, ptr: int, nbytes: int) -> np.ndarray:
+        with self._lock:
+            for start, buffer in self._host.items():
+                if start <= ptr and ptr + nbytes <= start + buffer.nbytes:
+                    return buffer[ptr - start : ptr - start + nbytes]
+        raise CudaError("host memory access", "CUDA_ERROR_INVALID_VALUE", f"ptr {ptr:#x}")
+
+
+def _anonymous(size: int) -> mmap.mmap:
+    """Private anonymous memory of at least ``size`` bytes, committed only when written."""
+    length = max(-(-size // _HOST_PAGE) * _HOST_PAGE, _HOST_PAGE)
+    return mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+
+def _covered(mapped: list[tuple[int, int, int]], offset: int, nbytes: int) -> bool:
+    """True when the mapped pieces (sorted by offset) cover [offset, offset + nbytes)."""
+    end = offset + nbytes
+    for o, s, _ in mapped:
+        if o > offset:
+            return False
+        if o + s > offset:
+            offset = o + s
+            if offset >= end:
+                return True
+    return offset >= end

@@ -1,0 +1,21 @@
+"""Device memory: the caching allocator and PyTorch's memory functions (torch.cuda.memory)."""
+
+from ._allocation import Allocation
+from ._api import *  # noqa: F403
+from ._api import __all__ as _api_all
+from ._caching import DeviceCachingAllocator, allocate, allocator_for, format_size
+from ._config import AllocatorConfig, parse_config
+from ._pools import MemPool, use_mem_pool
+
+__all__ = [
+    "Allocation",
+    "AllocatorConfig",
+    "DeviceCachingAllocator",
+    "MemPool",
+    "allocate",
+    "allocator_for",
+    "format_size",
+    "parse_config",
+    "use_mem_pool",
+    *_api_all,
+]

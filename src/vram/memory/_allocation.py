@@ -1,0 +1,56 @@
+"""Allocation: what a tensor holds on to. Dropping the last reference frees the memory."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .._device import Device
+    from .._streams import Stream
+
+__all__ = ["Allocation"]
+
+
+class Allocation:
+    """``size`` bytes of device memory at ``ptr`` on ``device``, from its caching allocator.
+
+    Freed when the object is dropped (or by ``free()``); the allocator's stream rules, not
+    this object, decide when the memory may be handed out again.
+    """
+
+    __slots__ = ("ptr", "size", "device", "stream", "_allocator", "__weakref__")
+
+    def __init__(self, ptr: int, size: int, device: Device, stream: Stream, allocator) -> None:
+        self.ptr = ptr
+        self.size = size
+        self.device = device
+        self.stream = stream  # the stream it was allocated on
+        self._allocator = allocator
+
+    def record_stream(self, stream: Stream) -> None:
+        """The memory is in use on ``stream``: keep it until work queued there by free runs."""
+        if self.ptr:
+            self._allocator.record_stream(self.ptr, stream)
+
+    def record_use(self, stream: Stream) -> None:
+        """The last use on ``stream`` is queued now: the next owner waits for it (no host wait)."""
+        if self.ptr:
+            self._allocator.record_use(self.ptr, stream)
+
+    def free(self) -> None:
+        """Give the memory back to the allocator now (idempotent)."""
+        ptr, self.ptr = self.ptr, 0
+        if ptr:
+            self._allocator.free(ptr)
+
+    def __del__(self) -> None:
+        ptr = self.ptr
+        if ptr:
+            self.ptr = 0
+            try:
+                self._allocator.free(ptr)
+            except Exception:  # finalizers never raise
+                pass
+
+    def __repr__(self) -> str:
+        return f"<vram Allocation {self.size} B at {self.ptr:#x} on {self.device}>"

@@ -1,0 +1,271 @@
+"""PyTorch's memory functions (torch.cuda.memory), over vram's caching allocators."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+from .._device import Device, as_device
+from .._streams import Stream, current_stream
+from ._caching import _allocators, allocator_for
+from ._config import default_config, parse_config, set_default_config
+
+__all__ = [
+    "caching_allocator_alloc",
+    "caching_allocator_delete",
+    "record_stream",
+    "record_use",
+    "memory_allocated",
+    "memory_reserved",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory_stats",
+    "reset_peak_memory_stats",
+    "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated",
+    "empty_cache",
+    "set_per_process_memory_fraction",
+    "get_per_process_memory_fraction",
+    "set_allocator_settings",
+    "get_allocator_settings",
+    "register_free_memory_callback",
+    "attach_out_of_memory_observer",
+    "memory_summary",
+]
+
+# ptr -> device, for caching_allocator_delete(ptr), which is given no device
+_raw_owner: dict[int, Device] = {}
+
+
+def _device(device: object) -> Device:
+    found = as_device(device)
+    if found.type == "cpu":
+        raise ValueError("device: the cpu device has no caching allocator")
+    return found
+
+
+def _stream_handle(stream: object, device: Device, argument: str = "stream") -> int:
+    if stream is None:
+        return current_stream(device).cuda_stream
+    if isinstance(stream, Stream):
+        if stream.device != device:
+            raise ValueError(f"{argument}: {stream} belongs to {stream.device}, not {device}")
+        return stream.cuda_stream
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream
+    raise TypeError(f"{argument}: expected a vram.Stream or a stream handle, got {stream!r}")
+
+
+def caching_allocator_alloc(size: int, device: object = None, stream: object = None) -> int:
+    """Allocate ``size`` bytes with the caching allocator; returns the device pointer.
+
+    ``stream`` (current stream if None) is the stream the memory will be used on.
+    """
+    if not isinstance(size, int) or isinstance(size, bool):
+        raise TypeError(f"size must be an int, got {type(size).__name__}")
+    if size < 0:
+        raise ValueError(f"size must be non-negative, got {size}")
+    found = _device(device)
+    handle = _stream_handle(stream, found)
+    if size == 0:
+        return 0
+    ptr = allocator_for(found).malloc(size, handle)
+    _raw_owner[ptr] = found
+    return ptr
+
+
+def caching_allocator_delete(ptr: int) -> None:
+    """Free memory from caching_allocator_alloc."""
+    if ptr == 0:
+        return
+    device = _raw_owner.pop(ptr, None)
+    if device is None:
+        raise ValueError(f"ptr: {ptr:#x} was not allocated by caching_allocator_alloc")
+    allocator_for(device).free(ptr)
+
+
+def _raw_device(ptr: int, what: str) -> Device:
+    device = _raw_owner.get(ptr)
+    if device is None:
+        raise ValueError(f"{what}: ptr {ptr:#x} was not allocated by caching_allocator_alloc")
+    return device
+
+
+def record_stream(ptr: int, stream: Stream) -> None:
+    """record_stream for raw allocations: ``ptr`` is used on ``stream`` too."""
+    device = _raw_device(ptr, "record_stream")
+    allocator_for(device).record_stream(ptr, _stream_handle(stream, device))
+
+
+def record_use(ptr: int, stream: Stream) -> None:
+    """record_use for raw allocations: the last use of ``ptr`` on ``stream`` is queued now.
+
+    A null pointer or a stream of another device is ignored with a warning.
+    """
+    if not isinstance(stream, Stream):
+        raise TypeError(f"stream: expected a vram.Stream, got {type(stream).__name__}")
+    if ptr == 0:
+        warnings.warn("record_use: null pointer ignored", RuntimeWarning, stacklevel=2)
+        return
+    device = _raw_device(ptr, "record_use")
+    if stream.device != device:
+        warnings.warn(
+            f"record_use: {stream} is on {stream.device}, not {device}; ignored",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return
+    allocator_for(device).record_use(ptr, stream.cuda_stream)
+
+
+def memory_stats(device: object = None) -> dict[str, int]:
+    """PyTorch's memory_stats: a flat dict of the allocator's counters."""
+    return allocator_for(_device(device)).memory_stats()
+
+
+def memory_allocated(device: object = None) -> int:
+    """Bytes occupied by live allocations (rounded sizes)."""
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device: object = None) -> int:
+    return memory_stats(device)["allocated_bytes.all.peak"]
+
+
+def memory_reserved(device: object = None) -> int:
+    """Bytes the allocator holds from the device."""
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device: object = None) -> int:
+    return memory_stats(device)["reserved_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device: object = None) -> None:
+    allocator_for(_device(device)).reset_peak()
+
+
+def reset_max_memory_allocated(device: object = None) -> None:
+    allocator_for(_device(device)).reset_peak()
+
+
+def reset_accumulated_memory_stats(device: object = None) -> None:
+    allocator_for(_device(device)).reset_accumulated()
+
+
+def empty_cache(device: object = None) -> None:
+    """Return every whole free segment to the device. Synchronizes pending frees."""
+    allocator_for(_device(device)).empty_cache()
+
+
+def set_per_process_memory_fraction(fraction: float, device: object = None) -> None:
+    """Cap what the allocator may reserve at ``fraction`` of the device's memory."""
+    if not isinstance(fraction, float):
+        raise TypeError(f"fraction must be a float, got {type(fraction).__name__}")
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be in [0, 1], got {fraction}")
+    allocator_for(_device(device)).set_memory_fraction(fraction)
+
+
+def get_per_process_memory_fraction(device: object = None) -> float:
+    return allocator_for(_device(device)).fraction
+
+
+def set_allocator_settings(settings: str) -> None:
+    """Apply a VRAM_ALLOC_CONF-style string on top of the current settings, for every
+    device's allocator now and for those created later."""
+    config = parse_config(settings, default_config())
+    set_default_config(config)
+    for allocator in _allocators.values():
+        allocator.set_config(config)
+
+
+def get_allocator_settings(device: object = None) -> dict:
+    """The current settings as a snapshot's allocator_settings dict."""
+    return allocator_for(_device(device)).config.settings()
+
+
+def register_free_memory_callback(callback: Callable[[], bool], device: object = None) -> None:
+    """Call ``callback()`` before growing the pool; it returns True if it freed memory."""
+    allocator_for(_device(device)).free_memory_callbacks.append(callback)
+
+
+def attach_out_of_memory_observer(
+    observer: Callable[[int, int, int, int], None], device: object = None
+) -> None:
+    """Call ``observer(device, alloc_size, device_limit, device_free)`` before an OOM raises."""
+    allocator_for(_device(device)).oom_observers.append(observer)
+
+
+def _format_size(size: int, reference: int) -> str:
+    prefixes = ["B  ", "KiB", "MiB", "GiB", "TiB", "PiB"]
+    prefix = prefixes[0]
+    for new_prefix in prefixes[1:]:
+        if reference < 768 * 1024:
+            break
+        prefix = new_prefix
+        size //= 1024
+        reference /= 1024
+    return f"{size:6d} {prefix}"
+
+
+def _format_count(count: int, reference: int) -> str:
+    prefixes = [" ", "K", "M"]
+    prefix = prefixes[0]
+    for new_prefix in prefixes[1:]:
+        if reference < 750 * 1000:
+            break
+        prefix = new_prefix
+        count //= 1000
+        reference /= 1000
+    return f"{count:7d} {prefix} "
+
+
+_METRICS = [
+    ("allocated_bytes", "Allocated memory", _format_size),
+    ("active_bytes", "Active memory", _format_size),
+    ("requested_bytes", "Requested memory", _format_size),
+    ("reserved_bytes", "GPU reserved memory", _format_size),
+    ("inactive_split_bytes", "Non-releasable memory", _format_size),
+    ("allocation", "Allocations", _format_count),
+    ("active", "Active allocs", _format_count),
+    ("segment", "GPU reserved segments", _format_count),
+    ("inactive_split", "Non-releasable allocs", _format_count),
+]
+
+
+def memory_summary(device: object = None, abbreviated: bool = False) -> str:
+    """PyTorch's memory_summary table for the device's allocator."""
+    found = _device(device)
+    stats = memory_stats(found)
+    rule, heavy = "-" * 75, "=" * 75
+    lines = [
+        heavy,
+        f" {'':16} vram memory summary, device {str(found):<21} ",
+        rule,
+        f"  {'':9} OOMs: {stats['num_ooms']:<17d} | {'':6} "
+        f"device malloc retries: {stats['num_alloc_retries']:<5d}  ",
+        heavy,
+        "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ",
+    ]
+    for key, name, fmt in _METRICS:
+        lines.append(rule)
+        rows = [("all", name)]
+        if not abbreviated:
+            rows += [("large_pool", "      from large pool"), ("small_pool", "      from small pool")]
+        ref = None
+        for pool, label in rows:
+            values = [stats[f"{key}.{pool}.{f}"] for f in ("current", "peak", "allocated", "freed")]
+            ref = ref or values
+            cells = " | ".join(fmt(v, r) for v, r in zip(values, ref))
+            lines.append(f" {label:<21} | {cells} ")
+    for key, name in (
+        ("oversize_allocations", "Oversize allocations"),
+        ("oversize_segments", "Oversize GPU segments"),
+    ):
+        lines.append(rule)
+        values = [stats[f"{key}.{f}"] for f in ("current", "peak", "allocated", "freed")]
+        cells = " | ".join(_format_count(v, v) for v in values)
+        lines.append(f" {name:<21} | {cells} ")
+    lines.append(heavy)
+    return "|" + "|\n|".join(line.ljust(75) for line in lines) + "|\n"

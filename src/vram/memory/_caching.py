@@ -1,0 +1,906 @@
+"""The caching device allocator: PyTorch's CUDACachingAllocator policy, in Python.
+
+Policy (PyTorch's, exactly, unless a vram option says otherwise):
+- Sizes are rounded up to 512 B, or to the next of N divisions of a power-of-two interval
+  with ``roundup_power2_divisions``.
+- Requests up to 1 MiB come from the small pool, whose segments are 2 MiB; larger ones
+  from the large pool: a 20 MiB segment below 10 MiB, else the request rounded to 2 MiB.
+- Best fit among free blocks ordered by (stream, size, address); a block is reused only
+  on the stream it was allocated on. Oversize blocks (>= max_split_size) serve only
+  requests that are oversize too, and at most max_non_split_rounding_size larger.
+- A block bigger than needed is split: the request takes the front, the remainder stays
+  free (small pool: remainder >= 512 B; large: remainder > 1 MiB and the request below
+  max_split_size). Freeing merges a block with its free neighbours.
+- record_stream: at free, an event is recorded on every stream the block was used on; the
+  block returns to its pool when all have completed (checked at the start of each malloc).
+- record_use (pytorch#181191): the block returns to the pool at free; the next owner's
+  stream waits on the events recorded at the consumers' last uses (no host wait).
+- Out of memory, in order: free-memory callbacks; garbage collection (with a fraction and
+  garbage_collection_threshold); device malloc; release one oversize free block (or
+  several) and retry; synchronize, release every cached segment and retry (counted in
+  num_alloc_retries); call the OOM observers and raise OutOfMemoryError.
+
+Locking: every public method takes ``_lock`` and never calls another public method. A
+finalizer may free memory on a thread that is already inside the allocator (the garbage
+collector runs anywhere); such a free is queued in ``_deferred`` and done when the outer
+call finishes, so the allocator's state is never changed under its own feet.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from .._device import Device, as_device
+from .._errors import OutOfMemoryError
+from ..driver import Driver
+from ._blocks import Block, BlockPool
+from ._config import SIZE_MAX, AllocatorConfig, default_config
+from ._expandable import ExpandableSegment
+from ._stats import (
+    ACTIVE,
+    ACTIVE_BYTES,
+    ALLOCATED_BYTES,
+    ALLOCATION,
+    INACTIVE_SPLIT,
+    INACTIVE_SPLIT_BYTES,
+    LARGE,
+    REQUESTED_BYTES,
+    RESERVED_BYTES,
+    SEGMENT,
+    SMALL,
+    Stats,
+)
+
+__all__ = ["DeviceCachingAllocator", "allocator_for", "allocate", "format_size"]
+
+MIN_BLOCK_SIZE = 512  # bytes; every request is rounded up to a multiple of this
+SMALL_SIZE = 1 << 20  # bytes; requests up to this come from the small pool
+SMALL_BUFFER = 2 << 20  # bytes; the segment size of the small pool
+MIN_LARGE_ALLOC = 10 << 20  # bytes; large requests below this share a LARGE_BUFFER segment
+LARGE_BUFFER = 20 << 20  # bytes; the shared segment size of the large pool
+ROUND_LARGE = 2 << 20  # bytes; larger requests get a segment rounded up to this
+_MB = 1 << 20
+_PRUNE_USE_EVENTS = 8  # a free block with more record_use events than this drops finished ones
+
+
+def format_size(size: int) -> str:
+    """PyTorch's format_size: '512 bytes', '1.50 KiB', '20.00 MiB', '2.00 GiB'."""
+    if size <= 1024:
+        return f"{size} bytes"
+    if size <= 1048576:
+        return f"{size / 1024:.2f} KiB"
+    if size <= 1073741824:
+        return f"{size / 1048576:.2f} MiB"
+    return f"{size / 1073741824:.2f} GiB"
+
+
+class _UseEvent:
+    """An event recorded by record_use (or at a free, for cross-stream reuse)."""
+
+    __slots__ = ("handle", "stream", "owner")
+
+    def __init__(self, handle: int, stream: int, owner: DeviceCachingAllocator) -> None:
+        self.handle = handle
+        self.stream = stream
+        self.owner = owner
+
+    def __del__(self) -> None:
+        try:
+            self.owner._spare_events.append(self.handle)  # list.append is atomic
+        except Exception:  # finalizers never raise
+            pass
+
+
+class DeviceCachingAllocator:
+    """The caching allocator of one device (cuda:N or sim:N)."""
+
+    def __init__(self, device: Device, config: AllocatorConfig | None = None) -> None:
+        self.device = device
+        self.index: int = device.index  # type: ignore[assignment]
+        self.driver: Driver = device.driver
+        self.config = config or default_config()
+        self._lock = threading.RLock()
+        self._depth = 0  # > 0 while a public method of this thread runs (guarded by _lock)
+        self._deferred: list[int] = []  # frees that arrived re-entrantly; done after the call
+        self.small = BlockPool(is_small=True)
+        self.large = BlockPool(is_small=False)
+        self._allocated: dict[int, Block] = {}  # ptr -> allocated block
+        self._pending: dict[int, deque] = {}  # stream -> deque of (event, block): record_stream
+        self._pending_count = 0
+        self._spare_events: list[int] = []
+        self._expandable: list[ExpandableSegment] = []
+        self._segments: dict[int, Any] = {}  # ptr of each device segment -> its frames/context
+        self.stats = Stats()
+        self.total_allocated_memory = 0  # bytes reserved from the device
+        self.allowed_memory_maximum: int | None = None
+        self.fraction = 1.0
+        self.free_memory_callbacks: list[Callable[[], bool]] = []
+        self.oom_observers: list[Callable[[int, int, int, int], None]] = []
+        self.recorder: Any = None  # the history recorder (vram.memory history), or None
+        self.active_pools: threading.local = threading.local()  # per-thread MemPool stack
+        self.private_pools: dict[tuple[int, int], Any] = {}  # id -> PrivatePool
+        self._properties_total = self.driver.properties(self.index).total_memory
+
+    # ================================================================ public: malloc / free
+    def malloc(self, size: int, stream: int) -> int:
+        """Return a device pointer to at least ``size`` bytes usable on ``stream``."""
+        with self._lock:
+            self._depth += 1
+            try:
+                if self._pending_count:
+                    self._process_events()
+                block = self._malloc(size, stream)
+            finally:
+                self._depth -= 1
+                if self._deferred and not self._depth:
+                    self._run_deferred()
+            return block.ptr
+
+    def free(self, ptr: int) -> None:
+        """Free an allocation. Re-entrant frees (from finalizers) are deferred, never lost."""
+        with self._lock:
+            if self._depth:
+                self._deferred.append(ptr)
+                return
+            self._depth += 1
+            try:
+                self._free(ptr)
+            finally:
+                self._depth -= 1
+                if self._deferred:
+                    self._run_deferred()
+
+    def record_stream(self, ptr: int, stream: int) -> None:
+        """The allocation at ``ptr`` is used on ``stream`` (PyTorch's recordStream)."""
+        with self._lock:
+            block = self._block(ptr, "record_stream")
+            if stream == block.stream:
+                return
+            if block.stream_uses is None:
+                block.stream_uses = {stream}
+            else:
+                block.stream_uses.add(stream)
+
+    def record_use(self, ptr: int, stream: int) -> None:
+        """The last use of ``ptr`` on ``stream`` is queued now (pytorch#181191's record_use)."""
+        with self._lock:
+            block = self._block(ptr, "record_use")
+            if stream == block.stream:
+                return
+            event = self._use_event(stream)
+            if block.use_events is None:
+                block.use_events = [event]
+            else:
+                block.use_events.append(event)
+
+    # ============================================================== the steps of malloc
+    def round_size(self, size: int) -> int:
+        """PyTorch's round_size: 512 B multiples, or power-of-two divisions when set."""
+        if size < MIN_BLOCK_SIZE:
+            return MIN_BLOCK_SIZE
+        divisions = self._divisions(size)
+        if divisions > 1 and size > MIN_BLOCK_SIZE * divisions:
+            return _next_division(size, divisions)
+        return -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+
+    def _divisions(self, size: int) -> int:
+        table = self.config.roundup_power2_divisions
+        index = max(size.bit_length() - 1 - 20, 0)  # interval 0 holds everything below 2 MiB
+        return table[min(index, len(table) - 1)]
+
+    @staticmethod
+    def allocation_size(size: int) -> int:
+        """The segment size a new segment for a rounded request of ``size`` bytes gets."""
+        if size <= SMALL_SIZE:
+            return SMALL_BUFFER
+        if size < MIN_LARGE_ALLOC:
+            return LARGE_BUFFER
+        return -(-size // ROUND_LARGE) * ROUND_LARGE
+
+    def _pool_for(self, size: int) -> BlockPool:
+        stack = getattr(self.active_pools, "stack", None)
+        if stack:
+            private = stack[-1]
+            return private.small if size <= SMALL_SIZE else private.large
+        return self.small if size <= SMALL_SIZE else self.large
+
+    def _malloc(self, orig_size: int, stream: int) -> Block:
+        size = self.round_size(orig_size)
+        pool = self._pool_for(size)
+        block = self._get_free_block(pool, size, stream)
+        if block is None:
+            block = self._find_or_grow(pool, size, orig_size, stream)
+        return self._alloc_found_block(block, pool, size, orig_size, stream)
+
+    def _get_free_block(self, pool: BlockPool, size: int, stream: int) -> Block | None:
+        """Best fit on ``stream``: the smallest free block that fits, lowest address first."""
+        config = self.config
+        if self.allowed_memory_maximum is not None and config.garbage_collection_threshold:
+            pool.get_free_blocks_call_count += 1
+        free = pool.free.get(stream)
+        if free is None:
+            return None
+        i = free.lower_bound(size)
+        if i == len(free.keys):
+            return None
+        block = free.blocks[i]
+        if block.expandable is not None:
+            if not config.expandable_segments:
+                return self._skip_expandable(free, i)
+            i = _best_expandable(free, i)
+            block = free.blocks[i]
+        max_split = config.max_split_size
+        if size < max_split and block.size >= max_split:
+            return None  # do not hand an oversize block to a small request
+        if size >= max_split and block.size >= size + config.max_non_split_rounding_size:
+            return None  # nor a far larger oversize block to an oversize request
+        del free.keys[i]
+        del free.blocks[i]
+        return block
+
+    @staticmethod
+    def _skip_expandable(free, i: int) -> Block | None:
+        """Expandable segments were switched off: only non-expandable blocks may serve."""
+        while i < len(free.blocks) and free.blocks[i].expandable is not None:
+            i += 1
+        if i == len(free.blocks):
+            return None
+        block = free.blocks[i]
+        del free.keys[i]
+        del free.blocks[i]
+        return block
+
+    def _find_or_grow(self, pool: BlockPool, size: int, orig_size: int, stream: int) -> Block:
+        """The slow path: callbacks, other streams, GC, device malloc, release and retry."""
+        block = None
+        if self._trigger_free_memory_callbacks():
+            block = self._get_free_block(pool, size, stream)
+        if block is None and self.config.cross_stream_reuse:
+            block = self._take_from_other_stream(pool, size, stream)
+        if block is not None:
+            return block
+        if self.allowed_memory_maximum is not None and self.config.garbage_collection_threshold:
+            self._garbage_collect_cached_blocks()
+        alloc_size = self.allocation_size(size)
+        block = self._alloc_block(pool, size, alloc_size, stream, retry=False)
+        if block is None and self._release_available_cached_blocks(pool, size, stream):
+            block = self._alloc_block(pool, size, alloc_size, stream, retry=False)
+        if block is None and self._release_cached_blocks():
+            block = self._alloc_block(pool, size, alloc_size, stream, retry=True)
+        if block is None:
+            self._raise_oom(pool, size, alloc_size, stream)
+        return block
+
+    def _trigger_free_memory_callbacks(self) -> bool:
+        freed = False
+        for callback in list(self.free_memory_callbacks):
+            freed = bool(callback()) or freed
+        return freed
+
+    def _take_from_other_stream(self, pool: BlockPool, size: int, stream: int) -> Block | None:
+        """cross_stream_reuse: the best fit among other streams' free blocks, waited on."""
+        best, best_list, best_i = None, None, 0
+        max_split = self.config.max_split_size
+        for other, free in pool.free.items():
+            if other == stream:
+                continue
+            i = free.lower_bound(size)
+            while i < len(free.blocks) and free.blocks[i].expandable is not None:
+                i += 1
+            if i == len(free.blocks):
+                continue
+            candidate = free.blocks[i]
+            if size < max_split <= candidate.size:
+                continue
+            if best is None or (candidate.size, candidate.ptr) < (best.size, best.ptr):
+                best, best_list, best_i = candidate, free, i
+        if best is None:
+            return None
+        del best_list.keys[best_i]  # type: ignore[union-attr]
+        del best_list.blocks[best_i]  # type: ignore[union-attr]
+        if best.use_events is None:
+            best.use_events = []
+        best.use_events.append(self._use_event(best.stream))  # everything queued there so far
+        best.stream = stream
+        return best
+
+    def _alloc_block(
+        self, pool: BlockPool, size: int, alloc_size: int, stream: int, retry: bool
+    ) -> Block | None:
+        """A new segment (or, expandable, newly mapped pages) holding ``size`` bytes."""
+        if retry:
+            self.stats.num_alloc_retries += 1
+        limit = self.allowed_memory_maximum
+        if limit is not None and self.total_allocated_memory + alloc_size > limit:
+            return None
+        if self.config.expandable_segments and pool.owner is None:
+            return self._try_allocate_expandable_block(pool, size, stream)
+        try:
+            ptr = self.driver.malloc(self.index, alloc_size)
+        except Exception as exc:
+            if getattr(exc, "is_out_of_memory", False):
+                return None
+            raise
+        if pool.owner is not None:
+            pool.owner.segment_count += 1
+        self.total_allocated_memory += alloc_size
+        block = Block(ptr, alloc_size, stream, pool)
+        kind = SMALL if pool.is_small else LARGE
+        self.stats.increase(SEGMENT, kind, 1)
+        self.stats.increase(RESERVED_BYTES, kind, alloc_size)
+        if alloc_size >= self.config.max_split_size:
+            Stats.bump(self.stats.oversize_segments, 1)
+        self.stats.num_device_alloc += 1
+        context = self._trace("segment_alloc", ptr, alloc_size, stream)
+        self._segments[ptr] = context
+        return block
+
+    def _alloc_found_block(
+        self, block: Block, pool: BlockPool, size: int, orig_size: int, stream: int
+    ) -> Block:
+        """Split off the front of ``block`` for the request when worth it; mark it allocated."""
+        kind = SMALL if pool.is_small else LARGE
+        stats = self.stats
+        expandable = block.expandable is not None
+        remaining = block.size - size
+        if pool.is_small or self.config.expandable_segments:
+            split = remaining >= MIN_BLOCK_SIZE
+        else:
+            split = size < self.config.max_split_size and remaining > SMALL_SIZE
+        already_split = block.prev is not None or block.next is not None
+        if split:
+            rest = block
+            block = Block(rest.ptr, size, stream, pool)
+            block.expandable = rest.expandable
+            block.prev = rest.prev
+            if block.prev is not None:
+                block.prev.next = block
+            block.next = rest
+            rest.prev = block
+            rest.ptr += size
+            rest.size = remaining
+            if rest.use_events:
+                block.use_events = list(rest.use_events)
+            pool.insert(rest)
+            if not expandable:
+                if already_split:
+                    stats.decrease(INACTIVE_SPLIT_BYTES, kind, size)
+                else:
+                    stats.increase(INACTIVE_SPLIT_BYTES, kind, remaining)
+                    stats.increase(INACTIVE_SPLIT, kind, 1)
+        elif already_split and not expandable:
+            stats.decrease(INACTIVE_SPLIT_BYTES, kind, block.size)
+            stats.decrease(INACTIVE_SPLIT, kind, 1)
+        if block.use_events:
+            self._wait_use_events(block, stream)
+        block.allocated = True
+        block.requested_size = orig_size
+        self._allocated[block.ptr] = block
+        stats.increase(ALLOCATION, kind, 1)
+        stats.increase(ALLOCATED_BYTES, kind, block.size)
+        stats.increase(ACTIVE, kind, 1)
+        stats.increase(ACTIVE_BYTES, kind, block.size)
+        stats.increase(REQUESTED_BYTES, kind, orig_size)
+        if block.size >= self.config.max_split_size:
+            Stats.bump(stats.oversize_allocations, 1)
+        if self.recorder is not None:
+            block.context = self._trace("alloc", block.ptr, orig_size, stream)
+        return block
+
+    def _wait_use_events(self, block: Block, stream: int) -> None:
+        """The new owner's stream waits for every record_use event on the block."""
+        wait = self.driver.stream_wait_event
+        for event in block.use_events:  # type: ignore[union-attr]
+            if event.stream != stream:
+                wait(stream, event.handle)
+        block.use_events = None
+
+    # ================================================================ the steps of free
+    def _free(self, ptr: int) -> None:
+        block = self._allocated.pop(ptr, None)
+        if block is None:
+            raise ValueError(f"ptr: {ptr:#x} was not allocated by the caching allocator")
+        block.allocated = False
+        kind = SMALL if block.pool.is_small else LARGE
+        stats = self.stats
+        stats.decrease(ALLOCATION, kind, 1)
+        stats.decrease(ALLOCATED_BYTES, kind, block.size)
+        if self.recorder is not None:
+            self._trace("free_requested", block.ptr, block.requested_size, block.stream)
+        if block.size >= self.config.max_split_size:
+            Stats.bump(stats.oversize_allocations, -1)
+        if block.stream_uses:
+            self._insert_events(block)
+        else:
+            if self.config.cross_stream_reuse:
+                self._note_free_for_other_streams(block)
+            self._free_block(block)
+
+    def _note_free_for_other_streams(self, block: Block) -> None:
+        """cross_stream_reuse: another stream taking this block waits on an event of its free."""
+        if block.use_events is None:
+            block.use_events = []
+        block.use_events.append(self._use_event(block.stream))
+
+    def _free_block(self, block: Block) -> None:
+        """Return a block whose uses are over to its pool, merged with free neighbours."""
+        if self.recorder is not None:
+            self._trace("free_completed", block.ptr, block.requested_size, block.stream)
+            block.context = None
+        original_size = block.size
+        requested = block.requested_size
+        pool = block.pool
+        split_blocks = split_bytes = 0
+        for neighbour in (block.prev, block.next):
+            subsumed = self._try_merge(block, neighbour, pool)
+            if subsumed:
+                split_blocks -= 1
+                split_bytes -= subsumed
+        pool.insert(block)
+        if block.prev is not None or block.next is not None:
+            split_blocks += 1
+            split_bytes += block.size
+        kind = SMALL if pool.is_small else LARGE
+        stats = self.stats
+        if block.expandable is None:
+            stats.change(INACTIVE_SPLIT, kind, split_blocks)
+            stats.change(INACTIVE_SPLIT_BYTES, kind, split_bytes)
+        stats.decrease(ACTIVE, kind, 1)
+        stats.decrease(ACTIVE_BYTES, kind, original_size)
+        stats.decrease(REQUESTED_BYTES, kind, requested)
+
+    def _try_merge(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
+        """Absorb free neighbour ``src`` into ``dst``; the bytes absorbed (0 if it can't)."""
+        if (
+            src is None
+            or src.allocated
+            or src.event_count
+            or src.stream_uses
+            or src.mapped != dst.mapped
+            or src.stream != dst.stream
+        ):
+            return 0
+        assert dst.is_split() and src.is_split(), "merging blocks of different segments"
+        if src.mapped:
+            pool.remove(src)
+        else:
+            pool.remove_unmapped(src)
+        if dst.prev is src:  # [src dst]
+            dst.ptr = src.ptr
+            dst.prev = src.prev
+            if dst.prev is not None:
+                dst.prev.next = dst
+        else:  # [dst src]
+            dst.next = src.next
+            if dst.next is not None:
+                dst.next.prev = dst
+        dst.size += src.size
+        if src.use_events:
+            dst.use_events = _merged_events(dst.use_events, src.use_events, self.driver)
+        return src.size
+
+    def _insert_events(self, block: Block) -> None:
+        """record_stream: record an event on each stream that used the block."""
+        streams, block.stream_uses = block.stream_uses, None
+        for stream in sorted(streams):  # type: ignore[arg-type]
+            event = self._new_event()
+            self.driver.event_record(event, stream)
+            block.event_count += 1
+            self._pending.setdefault(stream, deque()).append((event, block))
+            self._pending_count += 1
+
+    def _process_events(self) -> None:
+        """Free the blocks whose record_stream events have all completed (no waiting)."""
+        query = self.driver.event_query
+        for stream in sorted(self._pending):
+            queue = self._pending[stream]
+            while queue:
+                event, block = queue[0]
+                if not query(event):
+                    break
+                queue.popleft()
+                self._pending_count -= 1
+                self._spare_events.append(event)
+                block.event_count -= 1
+                if block.event_count == 0:
+                    self._free_block(block)
+            if not queue:
+                del self._pending[stream]
+
+    def _synchronize_and_free_events(self) -> None:
+        """Wait for every record_stream event and free its block. Synchronizes."""
+        self.stats.num_sync_all_streams += 1
+        for stream in sorted(self._pending):
+            for event, block in self._pending[stream]:
+                self.driver.event_synchronize(event)
+                self._spare_events.append(event)
+                block.event_count -= 1
+                if block.event_count == 0:
+                    self._free_block(block)
+        self._pending.clear()
+        self._pending_count = 0
+
+    def _new_event(self) -> int:
+        spare = self._spare_events
+        return spare.pop() if spare else self.driver.event_create(self.index, False)
+
+    def _use_event(self, stream: int) -> _UseEvent:
+        event = self._new_event()
+        self.driver.event_record(event, stream)
+        return _UseEvent(event, stream, self)
+
+    def _run_deferred(self) -> None:
+        self._depth += 1
+        try:
+            while self._deferred:
+                self._free(self._deferred.pop())
+        finally:
+            self._depth -= 1
+
+    def _block(self, ptr: int, what: str) -> Block:
+        block = self._allocated.get(ptr)
+        if block is None:
+            raise ValueError(f"{what}: ptr {ptr:#x} is not a live allocation of {self.device}")
+        return block
+
+    # ======================================================= releasing cached memory
+    def _release_block(self, block: Block) -> None:
+        """cudaFree a whole free segment."""
+        assert block.expandable is None and not block.is_split()
+        pool = block.pool
+        self.stats.num_device_free += 1
+        self._trace("segment_free", block.ptr, block.size, block.stream)
+        self._segments.pop(block.ptr, None)
+        self.driver.free(self.index, block.ptr)
+        self.total_allocated_memory -= block.size
+        if pool.owner is not None:
+            pool.owner.segment_count -= 1
+        kind = SMALL if pool.is_small else LARGE
+        self.stats.decrease(SEGMENT, kind, 1)
+        self.stats.decrease(RESERVED_BYTES, kind, block.size)
+        if block.size >= self.config.max_split_size:
+            Stats.bump(self.stats.oversize_segments, -1)
+        pool.remove(block)
+
+    def _release_blocks(self, pool: BlockPool) -> None:
+        """Free every whole free segment of the pool; unmap free expandable pages."""
+        to_unmap = []
+        for block in pool.all_free():
+            if block.expandable is not None:
+                to_unmap.append(block)
+            elif not block.is_split():
+                self._release_block(block)
+        for block in to_unmap:
+            self._unmap_block(block)
+            if not block.is_split():
+                self._release_expandable_segment(block)
+
+    def _release_cached_blocks(self) -> bool:
+        """Synchronize pending frees, then give every whole free segment back."""
+        self._synchronize_and_free_events()
+        self._release_blocks(self.large)
+        self._release_blocks(self.small)
+        for pool_id, private in list(self.private_pools.items()):
+            if private.freeable:
+                self._release_blocks(private.large)
+                self._release_blocks(private.small)
+                if private.segment_count == 0:
+                    del self.private_pools[pool_id]
+        return True
+
+    def _release_available_cached_blocks(self, pool: BlockPool, size: int, stream: int) -> bool:
+        """Release one oversize free block that covers the request, or several largest first."""
+        max_split = self.config.max_split_size
+        if max_split == SIZE_MAX:
+            return False
+        free = pool.free.get(stream)
+        if free is None or not free.blocks:
+            return False
+        want = max(size, max_split)
+        i = free.lower_bound(want)
+        if i < len(free.blocks) and free.blocks[i].expandable is None:
+            self._release_block(free.blocks[i])
+            return True
+        released = 0
+        i -= 1
+        while i >= 0 and released < want and free.blocks[i].size >= max_split:
+            block = free.blocks[i]
+            i -= 1
+            if block.expandable is None:
+                released += block.size
+                self._release_block(block)
+        return released >= want
+
+    def _garbage_collect_cached_blocks(self) -> None:
+        """Release the oldest whole free large segments once reserved passes the threshold."""
+        threshold = int(self.config.garbage_collection_threshold * self.allowed_memory_maximum)
+        if self.total_allocated_memory <= threshold:
+            return
+        target = self.total_allocated_memory - threshold
+        pool = self.large
+        age = lambda b: pool.get_free_blocks_call_count - b.gc_count_base  # noqa: E731
+        freeable = [b for b in pool.all_free() if not b.is_split()]
+        total_age = sum(age(b) for b in freeable)
+        reclaimed = 0
+        count = len(freeable)
+        freed_one = True
+        while reclaimed < target and freed_one and count > 0:
+            threshold_age = total_age / count
+            freed_one = False
+            for block in pool.all_free():
+                if not block.is_split() and block.expandable is None and age(block) >= threshold_age:
+                    freed_one = True
+                    reclaimed += block.size
+                    total_age -= age(block)
+                    count -= 1
+                    self._release_block(block)
+
+    # ============================================================ expandable segments
+    def _try_allocate_expandable_block(
+        self, pool: BlockPool, size: int, stream: int
+    ) -> Block | None:
+        candidate = self._find_expandable_block(pool, size, stream)
+        if not candidate.mapped and not self._map_block(candidate, min(candidate.size, size)):
+            return None
+        while candidate.size < size:  # free -> unmapped -> ...: map more and merge
+            following = candidate.next
+            assert following is not None and not following.mapped
+            if not self._map_block(following, min(size - candidate.size, following.size)):
+                return None
+            candidate = following
+        pool.remove(candidate)
+        return candidate
+
+    def _find_expandable_block(self, pool: BlockPool, size: int, stream: int) -> Block:
+        def allocatable(b: Block | None) -> bool:
+            return (
+                b is not None and not b.allocated and not b.event_count and not b.stream_uses
+            )
+
+        def has_room(b: Block | None) -> bool:
+            room = 0
+            while room < size and allocatable(b):
+                room += b.size  # type: ignore[union-attr]
+                b = b.next  # type: ignore[union-attr]
+            return room >= size
+
+        for c in list(pool.unmapped.get(stream, ())):
+            if allocatable(c.prev):
+                c = c.prev  # type: ignore[assignment]
+            if has_room(c):
+                return c
+        page = SMALL_BUFFER if pool.is_small else LARGE_BUFFER
+        total = self._properties_total
+        segment = ExpandableSegment(self.driver, self.index, stream, total + total // 8, page)
+        self._expandable.append(segment)
+        block = Block(segment.ptr, segment.size, stream, pool)
+        block.mapped = False
+        block.expandable = segment
+        pool.insert_unmapped(block)
+        return block
+
+    def _map_block(self, block: Block, size: int) -> bool:
+        start, length = block.expandable.map(block.ptr, size)
+        if length == 0:
+            return False
+        assert start == block.ptr and length >= size
+        pool = block.pool
+        pool.remove_unmapped(block)
+        block.mapped = True
+        if length < block.size:
+            rest = Block(block.ptr + length, block.size - length, block.stream, pool)
+            rest.mapped = False
+            rest.expandable = block.expandable
+            rest.prev, rest.next = block, block.next
+            if block.next is not None:
+                block.next.prev = rest
+            block.next = rest
+            pool.insert_unmapped(rest)
+            block.size = length
+        self._try_merge(block, block.prev, pool)
+        self._try_merge(block, block.next, pool)
+        pool.insert(block)
+        self.total_allocated_memory += length
+        self.stats.increase(RESERVED_BYTES, SMALL if pool.is_small else LARGE, length)
+        self.stats.num_device_alloc += 1
+        self._trace("segment_map", start, length, block.stream)
+        return True
+
+    def _unmap_block(self, block: Block) -> None:
+        start, length = block.expandable.unmap(block.ptr, block.size)
+        if length == 0:
+            return
+        pool = block.pool
+        pool.remove(block)
+        before = start - block.ptr
+        if before > 0:
+            head = Block(block.ptr, before, block.stream, pool)
+            head.expandable = block.expandable
+            head.prev, head.next = block.prev, block
+            if block.prev is not None:
+                block.prev.next = head
+            block.prev = head
+            pool.insert(head)
+        after = block.size - before - length
+        if after > 0:
+            tail = Block(start + length, after, block.stream, pool)
+            tail.expandable = block.expandable
+            tail.prev, tail.next = block, block.next
+            if block.next is not None:
+                block.next.prev = tail
+            block.next = tail
+            pool.insert(tail)
+        block.ptr, block.size, block.mapped = start, length, False
+        self._try_merge(block, block.prev, pool)
+        self._try_merge(block, block.next, pool)
+        pool.insert_unmapped(block)
+        self.total_allocated_memory -= length
+        self.stats.decrease(RESERVED_BYTES, SMALL if pool.is_small else LARGE, length)
+        self.stats.num_device_free += 1
+        self._trace("segment_unmap", start, length, block.stream)
+
+    def _release_expandable_segment(self, block: Block) -> None:
+        segment = block.expandable
+        assert block.ptr == segment.ptr and block.size == segment.size and not block.mapped
+        block.pool.remove_unmapped(block)
+        segment.release()
+        self._expandable.remove(segment)
+
+    # ======================================================================= OOM
+    def _raise_oom(self, pool: BlockPool, size: int, alloc_size: int, stream: int) -> None:
+        free, total = self.driver.mem_get_info(self.index)
+        self._trace("oom", free, size, stream)
+        self.stats.num_ooms += 1
+        allocated = self.stats.current(ALLOCATED_BYTES)
+        reserved = self.stats.current(RESERVED_BYTES)
+        limit = self.allowed_memory_maximum
+        for observer in list(self.oom_observers):
+            try:
+                observer(self.index, alloc_size, total if limit is None else limit, free)
+            except Exception:  # an observer must not hide the OOM itself
+                pass
+        allowed = "" if limit is None else f"{format_size(limit)} allowed; "
+        raise OutOfMemoryError(
+            f"{self.device.type.upper()} out of memory. Tried to allocate "
+            f"{format_size(alloc_size)}. {self.device} has a total capacity of "
+            f"{format_size(total)} of which {format_size(free)} is free. {allowed}"
+            f"Of the allocated memory {format_size(allocated)} is allocated by vram, and "
+            f"{format_size(reserved - allocated)} is reserved by vram but unallocated. "
+            "If reserved but unallocated memory is large try setting "
+            "VRAM_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+        )
+
+    # ================================================================= history hook
+    def _trace(self, action: str, addr: int, size: int, stream: int) -> Any:
+        recorder = self.recorder
+        if recorder is None:
+            return None
+        return recorder.record(self, action, addr, size, stream)
+
+    # ====================================================== public: cache and limits
+    def empty_cache(self) -> None:
+        """Give every whole free segment back to the device (after pending frees finish)."""
+        with self._lock:
+            self._depth += 1
+            try:
+                self._release_cached_blocks()
+            finally:
+                self._depth -= 1
+                if self._deferred:
+                    self._run_deferred()
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        with self._lock:
+            self.fraction = fraction
+            self.allowed_memory_maximum = int(fraction * self._properties_total)
+
+    def set_config(self, config: AllocatorConfig) -> None:
+        with self._lock:
+            self.config = config
+
+    def memory_stats(self) -> dict[str, int]:
+        with self._lock:
+            split = self.config.max_split_size
+            return self.stats.as_dict(-1 if split == SIZE_MAX else split)
+
+    def reset_peak(self) -> None:
+        with self._lock:
+            self.stats.reset_peak()
+
+    def reset_accumulated(self) -> None:
+        with self._lock:
+            self.stats.reset_accumulated()
+
+    def locked(self) -> threading.RLock:
+        """The allocator's lock, for tools that read its state (snapshots, checks)."""
+        return self._lock
+
+    def all_blocks(self) -> list[Block]:
+        """Every mapped block of every segment (allocated, pending and free), by address."""
+        with self._lock:
+            seen: dict[int, Block] = {}
+            pools = [self.small, self.large]
+            for private in self.private_pools.values():
+                pools += [private.small, private.large]
+            for pool in pools:
+                for block in pool.all_free():
+                    seen[id(block)] = block
+            for block in self._allocated.values():
+                seen[id(block)] = block
+            for queue in self._pending.values():
+                for _, block in queue:
+                    seen[id(block)] = block
+            return sorted(seen.values(), key=lambda b: b.ptr)
+
+
+def _best_expandable(free, i: int) -> int:
+    """Among expandable candidates, prefer the one that can grow least (PyTorch's rule)."""
+
+    def expandable_size(b: Block) -> int:
+        nxt = b.next
+        return b.size + (nxt.size if nxt is not None and not nxt.mapped else 0)
+
+    blocks = free.blocks
+    while (
+        blocks[i].expandable is not None
+        and i + 1 < len(blocks)
+        and expandable_size(blocks[i + 1]) < expandable_size(blocks[i])
+    ):
+        i += 1
+    return i
+
+
+def _next_division(size: int, divisions: int) -> int:
+    """PyTorch's roundup_power2_next_division."""
+    if size & (size - 1) == 0:
+        return size
+    floor = 1 << (size.bit_length() - 1)
+    step = floor >> (divisions.bit_length() - 1)
+    if step == 0:
+        return floor << 1
+    rounded = size & ~(step - 1)
+    return size if rounded == size else rounded + step
+
+
+def _merged_events(dst: list | None, src: list, driver: Driver) -> list:
+    """The union of two blocks' record_use events; finished ones dropped past a few."""
+    events = list(dst or ()) + [e for e in src if dst is None or e not in dst]
+    if len(events) > _PRUNE_USE_EVENTS:
+        events = [e for e in events if not driver.event_query(e.handle)]
+    return events
+
+
+# ================================================================ one allocator a device
+_allocators: dict[Device, DeviceCachingAllocator] = {}
+_allocators_lock = threading.Lock()
+
+
+def allocator_for(device: object = None) -> DeviceCachingAllocator:
+    """The caching allocator of a device (created on first use)."""
+    found = device if isinstance(device, Device) else as_device(device)
+    allocator = _allocators.get(found)
+    if allocator is None:
+        if found.type == "cpu":
+            raise ValueError("device: the cpu device has no caching allocator")
+        with _allocators_lock:
+            allocator = _allocators.get(found)
+            if allocator is None:
+                allocator = _allocators[found] = DeviceCachingAllocator(found)
+    return allocator
+
+
+def allocate(nbytes: int, device: Device, stream=None):
+    """An Allocation of ``nbytes`` on ``device`` for ``stream`` (current stream if None)."""
+    from .._streams import current_stream
+    from ._allocation import Allocation
+
+    if stream is None:
+        stream = current_stream(device)
+    allocator = allocator_for(device)
+    if nbytes == 0:
+        return Allocation(0, 0, device, stream, allocator)
+    ptr = allocator.malloc(nbytes, stream.cuda_stream)
+    return Allocation(ptr, nbytes, device, stream, allocator)

@@ -1,0 +1,223 @@
+"""VRAM_ALLOC_CONF: the caching allocator's settings, with PyTorch's keys and checks.
+
+The string is PyTorch's: ``key:value`` pairs separated by commas, lists in brackets::
+
+    VRAM_ALLOC_CONF="expandable_segments:True,roundup_power2_divisions:[256:1,>:4]"
+
+``PYTORCH_CUDA_ALLOC_CONF`` is read when ``VRAM_ALLOC_CONF`` is unset. Keys vram adds:
+``cross_stream_reuse`` (take a free block of another stream before growing the pool).
+An unknown key or a bad value raises ValueError naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+
+__all__ = [
+    "AllocatorConfig",
+    "parse_config",
+    "config_from_env",
+    "default_config",
+    "set_default_config",
+    "ROUNDUP_INTERVALS",
+]
+
+_MB = 1 << 20
+_LARGE_BUFFER_MB = 20  # kLargeBuffer in MiB: the least max_split_size_mb allowed is above it
+SIZE_MAX = (1 << 64) - 1  # PyTorch's "no limit" for max_split_size
+ROUNDUP_INTERVALS = 16  # power-of-two intervals from 1 MiB to 64 GiB
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatorConfig:
+    """The settings one caching allocator runs with (defaults are PyTorch's)."""
+
+    text: str = ""
+    max_split_size: int = SIZE_MAX  # bytes; blocks this large are never split
+    max_non_split_rounding_size: int = 20 * _MB  # bytes an oversize block may exceed a request
+    garbage_collection_threshold: float = 0.0
+    roundup_power2_divisions: tuple[int, ...] = (0,) * ROUNDUP_INTERVALS
+    expandable_segments: bool = False
+    release_lock_on_cudamalloc: bool = False
+    pinned_use_cuda_host_register: bool = False
+    pinned_num_register_threads: int = 1
+    pinned_use_background_threads: bool = False
+    graph_capture_record_stream_reuse: bool = False
+    per_process_memory_fraction: float = 1.0
+    backend: str = "native"
+    cross_stream_reuse: bool = False  # vram's own
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def settings(self) -> dict:
+        """The allocator_settings dict a snapshot carries (PyTorch's keys)."""
+        return {
+            "PYTORCH_CUDA_ALLOC_CONF": self.text,
+            "max_split_size": -1 if self.max_split_size == SIZE_MAX else self.max_split_size,
+            "garbage_collection_threshold": self.garbage_collection_threshold,
+            "expandable_segments": self.expandable_segments,
+            "pinned_num_register_threads": self.pinned_num_register_threads,
+            "release_lock_on_cudamalloc": self.release_lock_on_cudamalloc,
+            "pinned_use_cuda_host_register": self.pinned_use_cuda_host_register,
+            "graph_capture_record_stream_reuse": self.graph_capture_record_stream_reuse,
+            "roundup_power2_divisions": {
+                str(1 << i): d for i, d in enumerate(self.roundup_power2_divisions)
+            },
+            "cross_stream_reuse": self.cross_stream_reuse,
+        }
+
+
+def _bool(key: str, value: str) -> bool:
+    if value == "True":
+        return True
+    if value == "False":
+        return False
+    raise ValueError(f"{key}: expected True or False, got {value!r}")
+
+
+def _int(key: str, value: str) -> int:
+    if not re.fullmatch(r"\d+", value):
+        raise ValueError(f"{key}: expected a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _split_mb(key: str, value: str) -> int:
+    mb = _int(key, value)
+    if mb <= _LARGE_BUFFER_MB:
+        raise ValueError(f"{key} too small, must be > {_LARGE_BUFFER_MB}, got {mb}")
+    return mb * _MB
+
+
+def _divisions(key: str, value: str) -> tuple[int, ...]:
+    """PyTorch's roundup_power2_divisions: one power of two, or ``[MB:div,...,>:div]``."""
+    if not value.startswith("["):
+        div = _int(key, value)
+        if not _power_of_two(div):
+            raise ValueError(f"{key}: the divisions have to be a power of 2, got {div}")
+        return (div,) * ROUNDUP_INTERVALS
+    if not value.endswith("]"):
+        raise ValueError(f"{key}: unterminated list {value!r}")
+    table = [0] * ROUNDUP_INTERVALS
+    first, last_index = True, 0
+    for item in filter(None, value[1:-1].split(",")):
+        interval, sep, div_text = item.partition(":")
+        if not sep:
+            raise ValueError(f"{key}: expected 'interval:divisions', got {item!r}")
+        div = _int(key, div_text.strip())
+        if div != 0 and not _power_of_two(div):
+            raise ValueError(f"{key}: divisions must be a power of 2 or 0, got {div}")
+        interval = interval.strip()
+        if interval == ">":
+            table[last_index:] = [div] * (ROUNDUP_INTERVALS - last_index)
+            continue
+        mb = _int(key, interval)
+        if not _power_of_two(mb):
+            raise ValueError(f"{key}: the intervals have to be a power of 2, got {mb}")
+        index = min(mb.bit_length() - 1, ROUNDUP_INTERVALS - 1)
+        if first:
+            table[:index] = [div] * index
+            first = False
+        table[index] = div
+        last_index = index
+    return tuple(table)
+
+
+def _threshold(key: str, value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"{key}: expected a number, got {value!r}") from None
+    if not 0.0 < number < 1.0:
+        raise ValueError(f"{key}: must be between 0 and 1 (exclusive), got {value!r}")
+    return number
+
+
+def _items(text: str) -> list[tuple[str, str]]:
+    """Split ``a:1,b:[x:1,y:2],c:True`` into pairs, keeping bracketed lists whole."""
+    pairs, depth, start = [], 0, 0
+    for i, ch in enumerate(text + ","):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            item = text[start:i].strip()
+            start = i + 1
+            if not item:
+                continue
+            key, sep, value = item.partition(":")
+            if not sep or not value.strip():
+                raise ValueError(f"{key.strip() or item}: expected 'key:value', got {item!r}")
+            pairs.append((key.strip(), value.strip()))
+    if depth:
+        raise ValueError(f"unbalanced brackets in allocator settings {text!r}")
+    return pairs
+
+
+def parse_config(text: str, base: AllocatorConfig | None = None) -> AllocatorConfig:
+    """Parse a PyTorch-style allocator string on top of ``base`` (defaults if None)."""
+    if not isinstance(text, str):
+        raise TypeError(f"allocator settings must be a string, got {type(text).__name__}")
+    changes: dict = {}
+    for key, value in _items(text):
+        if key == "max_split_size_mb":
+            changes["max_split_size"] = _split_mb(key, value)
+        elif key == "max_non_split_rounding_mb":
+            changes["max_non_split_rounding_size"] = _split_mb(key, value)
+        elif key == "garbage_collection_threshold":
+            changes[key] = _threshold(key, value)
+        elif key == "roundup_power2_divisions":
+            changes[key] = _divisions(key, value)
+        elif key in (
+            "expandable_segments",
+            "release_lock_on_cudamalloc",
+            "pinned_use_cuda_host_register",
+            "pinned_use_background_threads",
+            "graph_capture_record_stream_reuse",
+            "cross_stream_reuse",
+        ):
+            changes[key] = _bool(key, value)
+        elif key == "pinned_num_register_threads":
+            threads = _int(key, value)
+            if not _power_of_two(threads) or threads > 128:
+                raise ValueError(f"{key}: must be a power of 2 up to 128, got {threads}")
+            changes[key] = threads
+        elif key == "per_process_memory_fraction":
+            number = float(value) if re.fullmatch(r"[\d.]+", value) else -1.0
+            if not 0.0 <= number <= 1.0:
+                raise ValueError(f"{key}: must be in [0, 1], got {value!r}")
+            changes[key] = number
+        elif key == "backend":
+            if value != "native":
+                raise ValueError(f"backend: vram implements the 'native' backend, got {value!r}")
+            changes[key] = value
+        else:
+            raise ValueError(f"unrecognized allocator option: {key!r}")
+    joined = ",".join(filter(None, [base.text if base else "", text.strip()]))
+    return replace(base or AllocatorConfig(), text=joined, **changes)
+
+
+def config_from_env() -> AllocatorConfig:
+    """Settings from VRAM_ALLOC_CONF, or PYTORCH_CUDA_ALLOC_CONF where that is unset."""
+    text = os.environ.get("VRAM_ALLOC_CONF")
+    if text is None:
+        text = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    return parse_config(text)
+
+
+_override: AllocatorConfig | None = None  # set by set_allocator_settings
+
+
+def default_config() -> AllocatorConfig:
+    """What a new allocator starts with: set_allocator_settings' result, else the env."""
+    return _override if _override is not None else config_from_env()
+
+
+def set_default_config(config: AllocatorConfig | None) -> None:
+    global _override
+    _override = config

@@ -1,0 +1,50 @@
+"""Shared fixtures: every test starts with fresh sim allocators, settings and faults."""
+
+from __future__ import annotations
+
+import pytest
+
+import vram
+from vram.driver import cuda_usable
+from vram.memory import _caching, _config
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memory_state(monkeypatch):
+    """Fresh allocators for sim devices, default settings, no injected faults."""
+    monkeypatch.delenv("VRAM_ALLOC_CONF", raising=False)
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    _config.set_default_config(None)
+    vram.sim.clear_faults()
+    old = dict(_caching._allocators)
+    for device in list(old):
+        if device.type == "sim":
+            del _caching._allocators[device]
+    yield
+    vram.sim.clear_faults()
+    _config.set_default_config(None)
+    sim = vram.sim.driver()
+    sim.deferred_depth = 0
+    sim.run()
+    for device, allocator in list(_caching._allocators.items()):
+        if device.type == "sim":
+            allocator.empty_cache()
+    for device in range(sim.device_count()):
+        sim.set_capacity(device, 16 << 30)
+
+
+@pytest.fixture
+def sim0():
+    """The simulated device sim:0, made current for the test."""
+    device = vram.device("sim:0")
+    with device:
+        yield device
+
+
+def pytest_collection_modifyitems(config, items):
+    if cuda_usable():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
