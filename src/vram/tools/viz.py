@@ -31,6 +31,7 @@ from __future__ import annotations
 import html
 import json
 import pickle
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,12 +88,8 @@ def write_html(
     data["title"] = title
     # "</" cannot appear inside <script>; "<\/" is the same JSON string.
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
-    page = (
-        _TEMPLATE.read_text()
-        .replace("{{TITLE}}", html.escape(title))
-        .replace("{{DATA}}", payload)
-        .replace("{{SCRIPT}}", _SCRIPT.read_text())
-    )
+    parts = {"TITLE": html.escape(title), "DATA": payload, "SCRIPT": _SCRIPT.read_text()}
+    page = re.sub(r"\{\{(TITLE|DATA|SCRIPT)\}\}", lambda m: parts[m[1]], _TEMPLATE.read_text())
     out = Path(out)
     out.write_text(page, encoding="utf-8")
     return out
@@ -118,6 +115,7 @@ def write_png(
     layout = _Layout.compute(view)
     gib = float(1 << 30)
 
+    bits = view.size_bits()
     polys, colours = [], []
     for a in layout.individual:
         xs, ys = layout.points[a]
@@ -129,7 +127,7 @@ def write_png(
         bottom.append((end, ys[-1] / gib))
         top = [(x, y + size) for x, y in reversed(bottom)]
         polys.append(bottom + top)
-        colours.append(_size_colour(view.alloc_size[a], a))
+        colours.append(_size_colour(view.alloc_size[a], bits, a))
 
     fig, ax = plt.subplots(figsize=(14, 5), dpi=110)
     ax.add_collection(PolyCollection(polys, facecolors=colours, linewidths=0))
@@ -149,7 +147,7 @@ def write_png(
     ax.set_xlabel("event")
     ax.set_ylabel("GiB")
     ax.set_title(f"{title} - active memory timeline (device {device})")
-    ax.legend(loc="upper left")
+    ax.legend(loc="upper right")
     fig.tight_layout()
     out = Path(out)
     fig.savefig(out)
@@ -251,7 +249,8 @@ class _ViewData:
         """Fill in what the final state knows: pools, exact block sizes, pre-trace lifetimes."""
         n = self.n
         alive_pieces = sorted(
-            (self.seg_addr[s], self.seg_size[s], s) for s in range(len(self.seg_addr))
+            (self.seg_addr[s], self.seg_size[s], s)
+            for s in range(len(self.seg_addr))
             if self.seg_end[s] == n
         )
         for seg in sorted(segments, key=lambda s: s["address"]):
@@ -343,6 +342,19 @@ class _ViewData:
             self.stacks.append(list(ids))
         return self._stack_index[ids]
 
+    def size_bits(self) -> tuple[int, int]:
+        """The colour scale: bit lengths from the size below which the smallest allocations
+        hold 1% of all allocated bytes, to the largest allocation."""
+        sizes = sorted(size for size in self.alloc_size if size > 0)
+        if not sizes:
+            return (0, 0)
+        total, running = sum(sizes), 0
+        for size in sizes:
+            running += size
+            if running * 100 >= total:
+                break
+        return (size.bit_length(), sizes[-1].bit_length())
+
     def to_json(self) -> dict[str, Any]:
         return {
             "n": self.n,
@@ -376,6 +388,7 @@ class _ViewData:
                 "end": self.seg_end,
                 "stack": self.seg_stack,
             },
+            "sizeBits": self.size_bits(),
             "maxPoints": _MAX_POINTS,
         }
 
@@ -403,7 +416,10 @@ class _Layout:
         sizes = sorted(view.alloc_size, reverse=True)
         count = len(sizes)
         while True:
-            threshold = sizes[count - 1] if 0 < count < len(sizes) else 0
+            if count == 0:  # summarise everything
+                threshold = sizes[0] + 1
+            else:
+                threshold = sizes[count - 1] if count < len(sizes) else 0
             layout = cls._stack(view, threshold)
             if layout is not None:
                 return layout
@@ -415,7 +431,7 @@ class _Layout:
         starts: dict[int, int] = {}
         ends: dict[int, int] = {}
         initial = []
-        for a, (start, end) in enumerate(zip(view.alloc_start, view.alloc_end)):
+        for a, (start, end) in enumerate(zip(view.alloc_start, view.alloc_end, strict=True)):
             if start < 0:
                 initial.append(a)
             else:
@@ -464,7 +480,7 @@ class _Layout:
             individual_total.append(top)
             active_total.append(top + small)
         reserved = [0] * (n + 2)
-        for start, end, size in zip(view.seg_start, view.seg_end, view.seg_size):
+        for start, end, size in zip(view.seg_start, view.seg_end, view.seg_size, strict=True):
             reserved[start + 1] += size
             reserved[end + 1] -= size
         for k in range(1, n + 2):
@@ -510,13 +526,29 @@ def _settings_text(settings: dict | None) -> str:
     return "expandable_segments" if settings.get("expandable_segments") else "defaults"
 
 
-def _size_colour(size: int, index: int) -> tuple[float, float, float]:
-    """The page's size colours: blue (512 B) through to red (32 GiB), three shades."""
-    import colorsys
+# The page's colours by size (viz.js: RAMP, sizeColour, shade), from blue to red.
+_RAMP = (
+    (59, 111, 216),
+    (46, 170, 200),
+    (80, 185, 110),
+    (200, 200, 60),
+    (240, 150, 50),
+    (214, 69, 61),
+)
 
-    t = min(max((size.bit_length() - 10) / 26, 0.0), 1.0)
-    lightness = (0.50, 0.58, 0.44)[index % 3]
-    return colorsys.hls_to_rgb((250 - 250 * t) / 360, lightness, 0.65)
+
+def _size_colour(size: int, bits: tuple[int, int], index: int) -> tuple[float, float, float]:
+    """The colour of an allocation of ``size`` when sizes span ``bits`` (log2 range)."""
+    lo, hi = bits
+    t = (size.bit_length() - lo) / (hi - lo) if hi > lo else 0.5
+    x = min(max(t, 0.0), 1.0) * (len(_RAMP) - 1)
+    k = min(int(x), len(_RAMP) - 2)
+    rgb = [c + (d - c) * (x - k) for c, d in zip(_RAMP[k], _RAMP[k + 1], strict=True)]
+    if index % 3 == 1:
+        rgb = [c + (255 - c) * 0.2 for c in rgb]
+    elif index % 3 == 2:
+        rgb = [c * 0.86 for c in rgb]
+    return tuple(c / 255 for c in rgb)
 
 
 def _fmt_bytes(n: float) -> str:
