@@ -1,0 +1,248 @@
+"""Allocator benchmark (issue 3): microseconds per alloc+free pair on the cached path.
+
+One run on one device times, at 512 B, 64 KiB, 4 MiB and 64 MiB:
+- vram: ``caching_allocator_alloc`` / ``caching_allocator_delete``, and ``vram.empty`` + del;
+- PyTorch: ``torch.cuda.caching_allocator_alloc`` / ``caching_allocator_delete``, and
+  ``torch.empty`` + del;
+- CuPy: ``cupy.cuda.MemoryPool().malloc`` + del;
+- the CUDA driver's stream-ordered pool: ``cuMemAllocAsync`` / ``cuMemFreeAsync`` on a
+  created stream (the device's default pool, release threshold at its maximum).
+
+Each timing warms up first (the first pair reaches the device; every later one is served
+from the cache), then times PAIRS pairs with perf_counter_ns, REPEATS times; the row is the
+median per pair. A peer that is not installed, or that needs a GPU on a ``sim`` run, is
+skipped with the reason. ``--device sim:0`` times vram alone, to check the script anywhere.
+
+    python bench/alloc.py [--device cuda:0] [--pairs 20000] [--repeats 5] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from _common import device_name, write_result
+
+import vram
+
+SIZES = (512, 64 << 10, 4 << 20, 64 << 20)  # bytes
+WARMUP = 200  # pairs before each timed run
+
+Pair = Callable[[], None]  # one alloc + free
+
+
+def _label(size: int) -> str:
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
+
+
+def _time_pairs(pair: Pair, pairs: int, repeats: int) -> list[float]:
+    """Microseconds per pair, one value per repeat."""
+    for _ in range(WARMUP):
+        pair()
+    runs = []
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            start = time.perf_counter_ns()
+            for _ in range(pairs):
+                pair()
+            runs.append((time.perf_counter_ns() - start) / pairs / 1e3)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return runs
+
+
+# ---------------------------------------------------------------------------- the peers
+# Each returns {size: pair function}, or raises _Skip with the reason it cannot run.
+class _Skip(Exception):
+    pass
+
+
+def _vram_raw(device: vram.Device) -> dict[int, Pair]:
+    alloc, delete = vram.memory.caching_allocator_alloc, vram.memory.caching_allocator_delete
+
+    def make(size: int) -> Pair:
+        return lambda: delete(alloc(size))
+
+    return {size: make(size) for size in SIZES}
+
+
+def _vram_empty(device: vram.Device) -> dict[int, Pair]:
+    if not hasattr(vram, "empty"):
+        raise _Skip("vram.empty is not in this build")
+    empty, uint8 = vram.empty, vram.uint8
+
+    def make(size: int) -> Pair:
+        return lambda: empty(size, dtype=uint8, device=device)
+
+    return {size: make(size) for size in SIZES}
+
+
+def _torch(device: vram.Device):
+    if device.type != "cuda":
+        raise _Skip("PyTorch times a real GPU only")
+    try:
+        import torch
+    except ImportError as exc:
+        raise _Skip(f"torch is not importable ({exc})") from None
+    if not torch.cuda.is_available():
+        raise _Skip("torch.cuda.is_available() is False")
+    torch.cuda.set_device(device.index)
+    return torch
+
+
+def _torch_raw(device: vram.Device) -> dict[int, Pair]:
+    torch = _torch(device)
+    alloc, delete = torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete
+
+    def make(size: int) -> Pair:
+        return lambda: delete(alloc(size))
+
+    return {size: make(size) for size in SIZES}
+
+
+def _torch_empty(device: vram.Device) -> dict[int, Pair]:
+    torch = _torch(device)
+    empty, uint8, where = torch.empty, torch.uint8, torch.device("cuda", device.index)
+
+    def make(size: int) -> Pair:
+        return lambda: empty(size, dtype=uint8, device=where)
+
+    return {size: make(size) for size in SIZES}
+
+
+def _cupy_pool(device: vram.Device) -> dict[int, Pair]:
+    if device.type != "cuda":
+        raise _Skip("CuPy times a real GPU only")
+    try:
+        import cupy
+    except ImportError as exc:
+        raise _Skip(f"cupy is not importable ({exc})") from None
+    cupy.cuda.Device(device.index).use()
+    pool = cupy.cuda.MemoryPool()
+
+    def make(size: int) -> Pair:
+        return lambda: pool.malloc(size)  # the MemoryPointer is dropped at once: freed
+
+    return {size: make(size) for size in SIZES}
+
+
+def _driver_pool(device: vram.Device) -> dict[int, Pair]:
+    if device.type != "cuda":
+        raise _Skip("the driver's pool needs a real GPU")
+    from cuda.bindings import driver as cu
+
+    def check(result: tuple):
+        if result[0] != cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"CUDA driver call failed: {result[0]!r}")
+        return result[1] if len(result) > 1 else None
+
+    check(cu.cuInit(0))
+    dev = check(cu.cuDeviceGet(device.index))
+    check(cu.cuCtxSetCurrent(check(cu.cuDevicePrimaryCtxRetain(dev))))
+    pool = check(cu.cuDeviceGetDefaultMemPool(dev))
+    keep_all = cu.cuuint64_t(2**64 - 1)  # cache every freed byte: the cached path
+    threshold = cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+    check(cu.cuMemPoolSetAttribute(pool, threshold, keep_all))
+    stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value))
+    alloc, free = cu.cuMemAllocAsync, cu.cuMemFreeAsync
+    check(free(check(alloc(SIZES[-1], stream)), stream))  # every call is checked once here
+
+    def make(size: int) -> Pair:
+        def pair() -> None:
+            free(alloc(size, stream)[1], stream)
+
+        return pair
+
+    return {size: make(size) for size in SIZES}
+
+
+PEERS: tuple[tuple[str, Callable[[vram.Device], dict[int, Pair]]], ...] = (
+    ("vram caching_allocator_alloc/delete", _vram_raw),
+    ("vram.empty + del", _vram_empty),
+    ("torch.cuda.caching_allocator_alloc/delete", _torch_raw),
+    ("torch.empty + del", _torch_empty),
+    ("cupy MemoryPool.malloc + del", _cupy_pool),
+    ("cuMemAllocAsync/cuMemFreeAsync", _driver_pool),
+)
+
+
+# ---------------------------------------------------------------------------- the run
+def run(device: vram.Device, pairs: int, repeats: int) -> tuple[list[dict], list[dict]]:
+    """Time every peer on ``device``: (rows, skipped)."""
+    rows, skipped = [], []
+    for name, setup in PEERS:
+        try:
+            timed = setup(device)
+        except _Skip as why:
+            skipped.append({"impl": name, "reason": str(why)})
+            print(f"skip  {name}: {why}", file=sys.stderr)
+            continue
+        for size, pair in timed.items():
+            runs = _time_pairs(pair, pairs, repeats)
+            us = statistics.median(runs)
+            rows.append(
+                {
+                    "impl": name,
+                    "size": size,
+                    "size_label": _label(size),
+                    "us_per_pair": round(us, 4),
+                    "runs_us": [round(r, 4) for r in runs],
+                    "pairs": pairs,
+                }
+            )
+            print(f"{name:<44} {_label(size):>7}  {us:8.3f} us/pair", file=sys.stderr)
+    return rows, skipped
+
+
+def table(rows: list[dict]) -> str:
+    """The rows as a text table: one line per implementation, one column per size."""
+    sizes = sorted({r["size"] for r in rows})
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    cell = {(r["impl"], r["size"]): r["us_per_pair"] for r in rows}
+    lines = [f"{'us per alloc+free pair':<44}" + "".join(f"{_label(s):>10}" for s in sizes)]
+    for impl in impls:
+        values = (cell.get((impl, s)) for s in sizes)
+        lines.append(
+            f"{impl:<44}" + "".join("         -" if v is None else f"{v:10.3f}" for v in values)
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default=None, help="cuda:N or sim:N (default: the default)")
+    parser.add_argument("--pairs", type=int, default=20_000, help="pairs per timed run")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per row")
+    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    options = parser.parse_args(argv)
+    device = vram.default_device() if options.device is None else vram.device(options.device)
+    vram.set_device(device)
+    rows, skipped = run(device, options.pairs, options.repeats)
+    results = [write_result("alloc", device, rows)]
+    extra = options.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
+    if extra is not None:
+        extra.mkdir(parents=True, exist_ok=True)
+        results.append(write_result("alloc", device, rows, out_dir=extra))
+    print(f"\nalloc benchmark on {device} ({device_name(device)})")
+    print(table(rows))
+    for skip in skipped:
+        print(f"skipped: {skip['impl']}: {skip['reason']}")
+    for path in results:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
