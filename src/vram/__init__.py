@@ -38,5 +38,6 @@ from ._dtypes import (
 from ._errors import CudaError, OutOfMemoryError
 from ._streams import Event, Stream, current_stream, default_stream, set_stream, stream
 from ._tensor import *  # noqa: F403
+from . import ops  # noqa: E402  (ops sit above tensors)
 
 __version__ = "0.1.0"

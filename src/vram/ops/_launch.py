@@ -115,9 +115,7 @@ def layout(tensors: list[Tensor]) -> np.void:
     return packed[()]
 
 
-def launch(
-    source: str, name: str, tensors: list[Tensor], values: tuple, stream: Stream
-) -> None:
+def launch(source: str, name: str, tensors: list[Tensor], values: tuple, stream: Stream) -> None:
     """Compile (once per device and instance) and launch strided kernel ``name``.
 
     Arguments are the operands' data pointers, then ``values``, then the Layout.

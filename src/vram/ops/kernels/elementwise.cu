@@ -73,6 +73,8 @@ template <typename To, typename From> __device__ inline To convert(From x) {
         if constexpr (IsComplex<To>::value) {
             using R = decltype(To::re);
             return To{static_cast<R>(w.re), static_cast<R>(w.im)};
+        } else if constexpr (IsSame<To, bool>::value) {
+            return w.re != 0 || w.im != 0;  // as PyTorch: a complex is true when nonzero
         } else {
             return narrow<To>(w.re);
         }

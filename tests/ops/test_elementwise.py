@@ -1,0 +1,284 @@
+"""Elementwise ops on the simulated GPU and the host, checked against NumPy."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import vram
+from vram._dtypes import all_dtypes
+from vram.ops import BINARY_OPS, result_type
+
+SIM = vram.device("sim:0")
+SIM1 = vram.device("sim:1")
+CPU = vram.device("cpu")
+UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide}
+OPERATORS = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+}
+CASES = [(op, dt) for op in UFUNCS for dt in all_dtypes if dt in BINARY_OPS[op]]
+IDS = [f"{op}-{dt.name}" for op, dt in CASES]
+
+
+def random(dt: vram.dtype, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if dt == vram.bool_:
+        return rng.random(shape) > 0.5
+    if dt.is_complex:
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt.np)
+    if dt.is_floating_point:
+        return (rng.random(shape) * 4 + 0.5).astype(dt.np)  # away from 0: division is tame
+    info = np.iinfo(dt.np)
+    return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=dt.np)
+
+
+def expected(op: str, a: np.ndarray, b, dt: vram.dtype) -> np.ndarray:
+    """NumPy's answer computed in the opmath type (float32 for float16 and bfloat16)."""
+    math = np.dtype(np.float32) if dt in (vram.float16, vram.bfloat16) else dt.np
+    with np.errstate(all="ignore"):
+        if isinstance(b, np.ndarray):
+            b = b.astype(math)
+        else:
+            b = np.array(b).astype(dt.np if dt.np.kind in "iub" else math)
+        return np.asarray(UFUNCS[op](a.astype(math), b)).astype(dt.np)
+
+
+def check(result: vram.Tensor, want: np.ndarray) -> None:
+    got = result.numpy()
+    assert got.dtype == want.dtype
+    if want.dtype.kind in "iub":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(
+            got.astype(np.complex128), want.astype(np.complex128), rtol=1e-6, atol=0
+        )
+
+
+# ---- each op, each dtype -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", [SIM, CPU], ids=str)
+@pytest.mark.parametrize(("op", "dt"), CASES, ids=IDS)
+def test_tensor_op_tensor_matches_numpy(op, dt, device):
+    a, b = random(dt, (5, 7), 1), random(dt, (5, 7), 2)
+    result = OPERATORS[op](vram.tensor(a, device=device), vram.tensor(b, device=device))
+    assert result.device == device and result.dtype == dt
+    check(result, expected(op, a, b, dt))
+
+
+@pytest.mark.parametrize(("op", "dt"), CASES, ids=IDS)
+def test_tensor_op_scalar_both_ways_matches_numpy(op, dt):
+    a = random(dt, (4, 3), 3)
+    scalar = True if dt == vram.bool_ else (2 + 1j if dt.is_complex else 3)
+    t = vram.tensor(a, device=SIM)
+    check(OPERATORS[op](t, scalar), expected(op, a, scalar, dt))
+    flipped = OPERATORS[op](scalar, t)
+    math = np.float32 if dt in (vram.float16, vram.bfloat16) else dt.np
+    with np.errstate(all="ignore"):
+        s = np.array(scalar).astype(dt.np if dt.np.kind in "iub" else math)
+        want = np.asarray(UFUNCS[op](s, a.astype(math))).astype(dt.np)
+    check(flipped, want)
+
+
+@pytest.mark.parametrize(("op", "dt"), CASES, ids=IDS)
+def test_in_place_ops_on_strided_views_match_numpy(op, dt):
+    a, b = random(dt, (6, 8), 4), random(dt, (4, 3), 5)
+    t = vram.tensor(a, device=SIM)
+    view = t[1:5, ::3]
+    address = view.data_ptr()
+    getattr(view, f"{op}_")(vram.tensor(b, device=SIM))
+    assert view.data_ptr() == address
+    want = a.copy()
+    want[1:5, ::3] = expected(op, a[1:5, ::3], b, dt)
+    check(t, want)
+
+
+def test_broadcasting_a_row_and_a_column():
+    row = vram.tensor([1.0, 2.0, 3.0], device=SIM)
+    col = vram.tensor([[10.0], [20.0]], device=SIM)
+    np.testing.assert_array_equal((row + col).numpy(), [[11, 12, 13], [21, 22, 23]])
+    np.testing.assert_array_equal((col - row).numpy(), [[9, 8, 7], [19, 18, 17]])
+
+
+def test_non_contiguous_inputs():
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = vram.tensor(values, device=SIM)
+    np.testing.assert_array_equal((t.t() * t.t()).numpy(), values.T * values.T)
+    np.testing.assert_array_equal(
+        (t[:, ::2] + t[:, 1::2]).numpy(), values[:, ::2] + values[:, 1::2]
+    )
+
+
+def test_integers_wrap_and_division_by_zero_gives_infinities():
+    t = vram.tensor([127, -128], dtype=vram.int8, device=SIM)
+    assert (t + 1).tolist() == [-128, -127]
+    assert (vram.tensor([250], dtype=vram.uint8, device=SIM) + 10).tolist() == [4]
+    r = vram.tensor([1.0, -1.0, 0.0], device=SIM) / 0
+    assert r.numpy()[0] == np.inf and r.numpy()[1] == -np.inf and np.isnan(r.numpy()[2])
+
+
+def test_half_precision_computes_in_float32_and_rounds_once():
+    a = vram.tensor([1.0], dtype=vram.float16, device=SIM)
+    assert (a + 1e-4).tolist() == [1.0]  # 1.0001 rounds to 1.0 in float16
+    assert (a + 1e-3).numpy()[0] == np.float16(1.001)
+    b = vram.tensor([1.0], dtype=vram.bfloat16, device=SIM)
+    assert (b * 3).numpy()[0] == ml_dtypes.bfloat16(3.0)
+
+
+# ---- promotion -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "want"),
+    [
+        (vram.int32, vram.float32, vram.float32),
+        (vram.int64, vram.float16, vram.float16),
+        (vram.int8, vram.uint8, vram.int16),
+        (vram.bool_, vram.int8, vram.int8),
+        (vram.float16, vram.bfloat16, vram.float32),
+        (vram.bfloat16, vram.float64, vram.float64),
+        (vram.float64, vram.complex64, vram.complex128),
+        (vram.float32, vram.complex64, vram.complex64),
+        (vram.int16, vram.int64, vram.int64),
+    ],
+)
+def test_tensor_tensor_promotion(a, b, want):
+    x, y = vram.zeros(2, dtype=a, device=SIM), vram.zeros(2, dtype=b, device=SIM)
+    assert result_type(x, y) == want == result_type(y, x)
+    assert (x + y).dtype == want
+
+
+@pytest.mark.parametrize(
+    ("dt", "scalar", "want"),
+    [
+        (vram.int32, 2, vram.int32),
+        (vram.int32, 2.5, vram.float32),
+        (vram.float16, 2.5, vram.float16),
+        (vram.bool_, 2, vram.int64),
+        (vram.bool_, True, vram.bool_),
+        (vram.uint8, 1.0, vram.float32),
+        (vram.float32, 1j, vram.complex64),
+        (vram.float64, 1j, vram.complex128),
+        (vram.int64, 1j, vram.complex64),
+    ],
+)
+def test_tensor_scalar_promotion(dt, scalar, want):
+    x = vram.zeros(2, dtype=dt, device=SIM)
+    assert result_type(x, scalar) == want
+    assert (x + scalar).dtype == want
+
+
+def test_zero_dim_tensors_count_like_scalars():
+    x = vram.zeros(3, dtype=vram.float32, device=SIM)
+    zero_dim = vram.tensor(2.0, dtype=vram.float64, device=SIM)
+    assert (x * zero_dim).dtype == vram.float32
+    assert (vram.zeros(3, dtype=vram.int32, device=SIM) * zero_dim).dtype == vram.float32
+
+
+def test_true_division_of_integers_gives_float32():
+    r = vram.tensor([3, 4], device=SIM) / vram.tensor([2, 8], device=SIM)
+    assert r.dtype == vram.float32
+    assert r.tolist() == [1.5, 0.5]
+    assert (vram.tensor([True], device=SIM) / 2).dtype == vram.float32
+
+
+# ---- fill, copy, cast --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dt", all_dtypes, ids=lambda d: d.name)
+def test_fill_every_dtype(dt):
+    value = True if dt == vram.bool_ else (1.5 - 2j if dt.is_complex else 3)
+    t = vram.empty(2, 3, dtype=dt, device=SIM)
+    t.fill_(value)
+    np.testing.assert_array_equal(t.numpy(), np.full((2, 3), value, dtype=dt.np))
+    t[:, 1].zero_()
+    assert not t.numpy()[:, 1].any()
+
+
+@pytest.mark.filterwarnings("ignore::numpy.exceptions.ComplexWarning")
+@pytest.mark.parametrize("source", all_dtypes, ids=lambda d: d.name)
+def test_copy_casts_between_every_pair_of_dtypes(source):
+    values = np.array([[0, 1, 2], [3, 1, 0]]).astype(source.np)
+    src = vram.tensor(values, device=SIM)
+    for target in all_dtypes:
+        dst = vram.zeros(3, 2, dtype=target, device=SIM)
+        dst.t().copy_(src)  # strided destination
+        np.testing.assert_array_equal(
+            dst.numpy(), values.T.astype(target.np), err_msg=f"{source} -> {target}"
+        )
+
+
+def test_complex_to_real_keeps_the_real_part_and_to_bool_tests_both_parts():
+    z = vram.tensor([1.5 + 2j, 0 + 1j, 0j], device=SIM)
+    assert z.to(vram.float32).tolist() == [1.5, 0.0, 0.0]
+    assert z.to(vram.bool_).tolist() == [True, True, False]
+
+
+def test_cast_op_makes_a_contiguous_copy():
+    t = vram.tensor([[1.7, -2.2], [3.9, 4.0]], device=SIM).t()
+    c = vram.ops.cast(t, vram.int32)
+    assert c.dtype == vram.int32 and c.is_contiguous()
+    assert c.tolist() == [[1, 3], [-2, 4]]
+
+
+# ---- bad input ---------------------------------------------------------------------------
+
+
+def test_mismatched_devices_name_the_argument():
+    with pytest.raises(ValueError, match="other.*sim:0.*cpu"):
+        vram.ones(2, device=SIM) + vram.ones(2, device=CPU)
+    with pytest.raises(ValueError, match="other.*sim:0.*sim:1"):
+        vram.ones(2, device=SIM) * vram.ones(2, device=SIM1)
+
+
+def test_nothing_is_queued_when_an_op_is_refused():
+    stream = vram.current_stream(SIM)
+    a = vram.ones(2, dtype=vram.int32, device=SIM)
+    other_device, other_shape = vram.ones(2, device=SIM1), vram.ones(3, device=SIM)
+    with vram.sim.deferred():
+        for bad in (
+            lambda: a + other_device,
+            lambda: a + other_shape,
+            lambda: a.add_(0.5),
+            lambda: a.fill_(1j),
+        ):
+            with pytest.raises((TypeError, ValueError)):
+                bad()
+        assert vram.sim.pending(stream) == 0
+
+
+def test_wrong_shapes_name_the_argument():
+    with pytest.raises(ValueError, match=r"other: shape \(3,\) cannot be broadcast"):
+        vram.ones(2, device=SIM) + vram.ones(3, device=SIM)
+    with pytest.raises(ValueError, match="out: shape"):
+        vram.ones(3, device=SIM).add_(vram.ones(2, 3, device=SIM))
+
+
+def test_in_place_results_must_cast_to_the_tensor():
+    with pytest.raises(TypeError, match="float32 can't be cast to the output dtype vram.int64"):
+        vram.ones(2, dtype=vram.int64, device=SIM).div_(2)
+    t = vram.ones(2, dtype=vram.float16, device=SIM)
+    t += vram.ones(2, dtype=vram.float64, device=SIM)  # computed in float64, stored as float16
+    assert t.dtype == vram.float16 and t.tolist() == [2, 2]
+
+
+def test_bool_subtraction_is_refused():
+    b = vram.tensor([True], device=SIM)
+    with pytest.raises(TypeError, match="subtraction"):
+        b - b
+
+
+def test_bad_operands_and_fill_values():
+    t = vram.zeros(2, dtype=vram.int8, device=SIM)
+    with pytest.raises(TypeError, match="other"):
+        t + "1"
+    with pytest.raises(TypeError, match="other"):
+        t + np.zeros(2)
+    with pytest.raises(RuntimeError, match="value 300 cannot be converted to vram.int8"):
+        t.fill_(300)
+    with pytest.raises(TypeError, match="value"):
+        vram.zeros(2, device=SIM).fill_(1j)
