@@ -120,6 +120,8 @@ def as_device(spec: object, argument: str = "device") -> Device:
     """
     if spec is None:
         return current_device_obj()
+    if type(spec) is Device and spec in _checked:  # seen to exist before: the common case
+        return spec  # type: ignore[return-value]
     if isinstance(spec, Device):
         found = spec
     elif isinstance(spec, bool):
@@ -142,7 +144,11 @@ def as_device(spec: object, argument: str = "device") -> Device:
     count = found.driver.device_count() if found.type == "sim" or cuda_usable() else 0
     if found.index >= count:
         raise ValueError(f"{argument}: {found} does not exist ({count} {found.type} devices)")
+    _checked.add(found)
     return found
+
+
+_checked: set[Device] = set()  # devices as_device has already seen to exist
 
 
 def current_device_obj() -> Device:
