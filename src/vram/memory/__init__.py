@@ -5,10 +5,32 @@ from ._api import *  # noqa: F403
 from ._api import __all__ as _api_all
 from ._caching import DeviceCachingAllocator, allocate, allocator_for, format_size
 from ._config import AllocatorConfig, parse_config
+from ._host import (
+    CachingHostAllocator,
+    PinnedAllocation,
+    allocate_pinned,
+    host_allocator,
+    host_empty_cache,
+    host_memory_stats,
+    host_record_event,
+    is_pinned,
+    reset_accumulated_host_memory_stats,
+    reset_peak_host_memory_stats,
+)
 from ._pools import MemPool, use_mem_pool
 
 __all__ = [
     "Allocation",
+    "CachingHostAllocator",
+    "PinnedAllocation",
+    "allocate_pinned",
+    "host_allocator",
+    "host_empty_cache",
+    "host_memory_stats",
+    "host_record_event",
+    "is_pinned",
+    "reset_accumulated_host_memory_stats",
+    "reset_peak_host_memory_stats",
     "AllocatorConfig",
     "DeviceCachingAllocator",
     "MemPool",

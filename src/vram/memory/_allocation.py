@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
+
+from .._streams import Stream, as_stream
 
 if TYPE_CHECKING:
     from .._device import Device
-    from .._streams import Stream
 
 __all__ = ["Allocation"]
 
@@ -28,14 +30,34 @@ class Allocation:
         self._allocator = allocator
 
     def record_stream(self, stream: Stream) -> None:
-        """The memory is in use on ``stream``: keep it until work queued there by free runs."""
+        """The memory is in use on ``stream``: keep it until work queued there by free runs.
+
+        ValueError when ``stream`` belongs to another device.
+        """
+        stream = as_stream(stream, "stream")
+        if stream.device != self.device:
+            raise ValueError(f"stream: {stream} belongs to {stream.device}, not {self.device}")
         if self.ptr:
-            self._allocator.record_stream(self.ptr, stream)
+            self._allocator.record_stream(self.ptr, stream.cuda_stream)
 
     def record_use(self, stream: Stream) -> None:
-        """The last use on ``stream`` is queued now: the next owner waits for it (no host wait)."""
-        if self.ptr:
-            self._allocator.record_use(self.ptr, stream)
+        """The last use on ``stream`` is queued now: the next owner waits for it (no host wait).
+
+        Call it right after the last read or write queued on ``stream``. A stream of another
+        device, or an empty allocation, is ignored with a warning.
+        """
+        stream = as_stream(stream, "stream")
+        if stream.device != self.device:
+            warnings.warn(
+                f"record_use: {stream} is on {stream.device}, not {self.device}; ignored",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return
+        if not self.ptr:
+            warnings.warn("record_use: null pointer ignored", RuntimeWarning, stacklevel=2)
+            return
+        self._allocator.record_use(self.ptr, stream.cuda_stream)
 
     def free(self) -> None:
         """Give the memory back to the allocator now (idempotent)."""
