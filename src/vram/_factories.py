@@ -23,21 +23,24 @@ def _resolve(dt: Any, device: Any, default: dtype = float32) -> tuple[dtype, Dev
     return (default if dt is None else as_dtype(dt)), as_device(device)
 
 
-def empty(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
-    """A new contiguous tensor with uninitialized contents."""
+def empty(*size: Any, dtype: Any = None, device: Any = None, pin_memory: bool = False) -> Tensor:
+    """A new contiguous tensor with uninitialized contents.
+
+    ``pin_memory=True`` (cpu tensors only) takes page-locked memory from the host allocator.
+    """
     shape = as_shape(size)
     dt, found = _resolve(dtype, device)
-    return Tensor._empty(shape, dt, found)
+    return Tensor._empty(shape, dt, found, pin_memory)
 
 
-def zeros(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+def zeros(*size: Any, dtype: Any = None, device: Any = None, pin_memory: bool = False) -> Tensor:
     """A new tensor of zeros (the fill runs on the device's current stream)."""
-    return empty(*size, dtype=dtype, device=device).zero_()
+    return empty(*size, dtype=dtype, device=device, pin_memory=pin_memory).zero_()
 
 
-def ones(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+def ones(*size: Any, dtype: Any = None, device: Any = None, pin_memory: bool = False) -> Tensor:
     """A new tensor of ones."""
-    return empty(*size, dtype=dtype, device=device).fill_(1)
+    return empty(*size, dtype=dtype, device=device, pin_memory=pin_memory).fill_(1)
 
 
 def _scalar_dtype(value: Any, argument: str) -> dtype:
@@ -53,12 +56,14 @@ def _scalar_dtype(value: Any, argument: str) -> dtype:
     raise TypeError(f"{argument}: expected a number, got {type(value).__name__}")
 
 
-def full(size: Any, fill_value: Any, *, dtype: Any = None, device: Any = None) -> Tensor:
+def full(
+    size: Any, fill_value: Any, *, dtype: Any = None, device: Any = None, pin_memory: bool = False
+) -> Tensor:
     """A new tensor with every element ``fill_value`` (dtype from the value by default)."""
     default = _scalar_dtype(fill_value, "fill_value")
     dt, found = _resolve(dtype, device, default)
     shape = as_shape(size if isinstance(size, (tuple, list)) else (size,))
-    return Tensor._empty(shape, dt, found).fill_(fill_value)
+    return Tensor._empty(shape, dt, found, pin_memory).fill_(fill_value)
 
 
 def arange(

@@ -24,7 +24,7 @@ from numpy.lib.stride_tricks import as_strided
 from ._device import Device, as_device
 from ._dtypes import as_dtype, bool_, dtype, float32, int64
 from ._streams import Stream, as_stream, current_stream
-from .memory import Allocation, allocate
+from .memory import Allocation, PinnedAllocation, allocate, allocate_pinned
 
 __all__ = ["Tensor"]
 
@@ -160,10 +160,18 @@ class Tensor:
         return t
 
     @classmethod
-    def _empty(cls, shape: tuple[int, ...], dt: dtype, device: Device) -> Tensor:
-        """A new contiguous tensor with uninitialized contents."""
+    def _empty(
+        cls, shape: tuple[int, ...], dt: dtype, device: Device, pin_memory: bool = False
+    ) -> Tensor:
+        """A new contiguous tensor with uninitialized contents (pinned host memory if asked)."""
         numel = math.prod(shape)
-        if device.type == "cpu":
+        if device.type == "cpu" and pin_memory:
+            pinned = allocate_pinned(numel * dt.itemsize)
+            host = host_bytes(pinned.ptr, pinned.size, pinned)
+            storage = Storage(device, pinned.ptr, pinned.size, pinned, host)
+        elif pin_memory:
+            raise ValueError(f"pin_memory: only cpu tensors can be pinned, not {device}")
+        elif device.type == "cpu":
             storage = Storage.of_host(np.empty(numel, dt.np).view(np.uint8))
         else:
             allocation = allocate(numel * dt.itemsize, device)
@@ -357,6 +365,23 @@ class Tensor:
         """This tensor if contiguous, else a contiguous copy."""
         return self if self.is_contiguous() else self.clone()
 
+    def pin_memory(self) -> Tensor:
+        """A copy of this cpu tensor in pinned (page-locked) memory; itself if already pinned.
+
+        Copies between pinned memory and a device can be ``non_blocking``.
+        """
+        if self.device.type != "cpu":
+            raise RuntimeError(f"pin_memory: only cpu tensors can be pinned, not {self.device}")
+        if self.is_pinned():
+            return self
+        out = Tensor._empty(self._shape, self.dtype, self.device, pin_memory=True)
+        np.copyto(out.numpy(), self.numpy())
+        return out
+
+    def is_pinned(self) -> bool:
+        """True when this is a cpu tensor in pinned memory from vram's host allocator."""
+        return self.device.type == "cpu" and isinstance(self._storage.owner, PinnedAllocation)
+
     def clone(self) -> Tensor:
         """A contiguous copy on the same device."""
         out = Tensor._empty(self._shape, self.dtype, self.device)
@@ -372,6 +397,8 @@ class Tensor:
             raise TypeError(f"src: expected a vram.Tensor, got {type(src).__name__}")
         if src.device == self.device:
             _ops().copy(self, src)
+        elif non_blocking and _async_copy(self, src):
+            pass
         else:
             _copy_across_devices(self, src)
         return self
@@ -380,11 +407,12 @@ class Tensor:
         """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or ``to(other)``: this tensor
         if nothing changes, else a copy. ``non_blocking`` is accepted; copies from pageable
         host memory synchronize regardless."""
+        non_blocking = bool(kwargs.get("non_blocking", False))
         device, dt, copy = _parse_to(self, args, kwargs)
         if device == self.device and dt == self.dtype and not copy:
             return self
         out = Tensor._empty(self._shape, dt, device)
-        return out.copy_(self)
+        return out.copy_(self, non_blocking=non_blocking)
 
     def cpu(self) -> Tensor:
         """A copy on the host (this tensor if it is already there). Synchronizes."""
@@ -633,6 +661,27 @@ def _download(out: np.ndarray, src: Tensor) -> None:
     stream = current_stream(src.device)
     src.device.driver.memcpy_dtoh(out, src.data_ptr(), stream.cuda_stream)
     stream.synchronize()
+
+
+def _async_copy(dst: Tensor, src: Tensor) -> bool:
+    """A non_blocking copy between pinned host memory and a device, queued on the device's
+    current stream with no host wait; the pinned block is kept from reuse until the copy
+    has run (an event recorded for the host allocator). False when it does not apply."""
+    if src.shape != dst.shape or src.dtype != dst.dtype:
+        return False
+    if not (src.is_contiguous() and dst.is_contiguous()) or dst.numel() == 0:
+        return False
+    if src.device.type == "cpu" and src.is_pinned() and dst.device.type != "cpu":
+        stream = current_stream(dst.device)
+        dst.device.driver.memcpy_htod(dst.data_ptr(), src.numpy(), stream.cuda_stream)
+        src._storage.owner.record_event(stream)
+        return True
+    if dst.device.type == "cpu" and dst.is_pinned() and src.device.type != "cpu":
+        stream = current_stream(src.device)
+        src.device.driver.memcpy_dtoh(dst.numpy(), src.data_ptr(), stream.cuda_stream)
+        dst._storage.owner.record_event(stream)
+        return True
+    return False
 
 
 def _copy_across_devices(dst: Tensor, src: Tensor) -> None:
