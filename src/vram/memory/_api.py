@@ -8,7 +8,7 @@ from collections.abc import Callable
 from .._device import Device, as_device
 from .._streams import Stream, current_stream
 from ._caching import _allocators, allocator_for
-from ._config import default_config, parse_config, set_default_config
+from ._config import apply_settings, default_config, set_default_config
 
 __all__ = [
     "caching_allocator_alloc",
@@ -173,8 +173,12 @@ def get_per_process_memory_fraction(device: object = None) -> float:
 
 def set_allocator_settings(settings: str) -> None:
     """Apply a VRAM_ALLOC_CONF-style string on top of the current settings, for every
-    device's allocator now and for those created later."""
-    config = parse_config(settings, default_config())
+    device's allocator now and for those created later.
+
+    As in PyTorch, max_split_size_mb, roundup_power2_divisions and
+    garbage_collection_threshold return to their defaults unless ``settings`` names them.
+    """
+    config = apply_settings(settings, default_config())
     set_default_config(config)
     for allocator in _allocators.values():
         allocator.set_config(config)
@@ -252,12 +256,15 @@ def memory_summary(device: object = None, abbreviated: bool = False) -> str:
         lines.append(rule)
         rows = [("all", name)]
         if not abbreviated:
-            rows += [("large_pool", "      from large pool"), ("small_pool", "      from small pool")]
+            rows += [
+                ("large_pool", "      from large pool"),
+                ("small_pool", "      from small pool"),
+            ]
         ref = None
         for pool, label in rows:
             values = [stats[f"{key}.{pool}.{f}"] for f in ("current", "peak", "allocated", "freed")]
             ref = ref or values
-            cells = " | ".join(fmt(v, r) for v, r in zip(values, ref))
+            cells = " | ".join(fmt(v, r) for v, r in zip(values, ref, strict=True))
             lines.append(f" {label:<21} | {cells} ")
     for key, name in (
         ("oversize_allocations", "Oversize allocations"),

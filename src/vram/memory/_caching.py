@@ -19,6 +19,8 @@ Policy (PyTorch's, exactly, unless a vram option says otherwise):
   garbage_collection_threshold); device malloc; release one oversize free block (or
   several) and retry; synchronize, release every cached segment and retry (counted in
   num_alloc_retries); call the OOM observers and raise OutOfMemoryError.
+- ``VRAM_NO_CACHING=1`` (read when an allocator is created): every request is a device
+  allocation of its own, given back to the device at free; the stats are kept as usual.
 
 Locking: every public method takes ``_lock`` and never calls another public method. A
 finalizer may free memory on a thread that is already inside the allocator (the garbage
@@ -28,6 +30,7 @@ call finishes, so the allocator's state is never changed under its own feet.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -122,7 +125,9 @@ class DeviceCachingAllocator:
         self.recorder: Any = None  # the history recorder (vram.memory history), or None
         self.active_pools: threading.local = threading.local()  # per-thread MemPool stack
         self.private_pools: dict[tuple[int, int], Any] = {}  # id -> PrivatePool
-        self._properties_total = self.driver.properties(self.index).total_memory
+        self.no_caching = os.environ.get("VRAM_NO_CACHING") == "1"  # read once, at creation
+        if self.config.per_process_memory_fraction < 1.0:
+            self._set_fraction(self.config.per_process_memory_fraction)
 
     # ================================================================ public: malloc / free
     def malloc(self, size: int, stream: int) -> int:
@@ -210,6 +215,8 @@ class DeviceCachingAllocator:
     def _malloc(self, orig_size: int, stream: int) -> Block:
         size = self.round_size(orig_size)
         pool = self._pool_for(size)
+        if self.no_caching:
+            return self._malloc_uncached(pool, size, orig_size, stream)
         block = self._get_free_block(pool, size, stream)
         if block is None:
             block = self._find_or_grow(pool, size, orig_size, stream)
@@ -226,29 +233,19 @@ class DeviceCachingAllocator:
         i = free.lower_bound(size)
         if i == len(free.keys):
             return None
+        if free.blocks[i].expandable is not None:
+            if config.expandable_segments:
+                i = _best_expandable(free, i)
+            else:  # switched off since: only non-expandable blocks may serve
+                i = _skip_expandable(free, i)
+                if i == len(free.blocks):
+                    return None
         block = free.blocks[i]
-        if block.expandable is not None:
-            if not config.expandable_segments:
-                return self._skip_expandable(free, i)
-            i = _best_expandable(free, i)
-            block = free.blocks[i]
         max_split = config.max_split_size
         if size < max_split and block.size >= max_split:
             return None  # do not hand an oversize block to a small request
         if size >= max_split and block.size >= size + config.max_non_split_rounding_size:
             return None  # nor a far larger oversize block to an oversize request
-        del free.keys[i]
-        del free.blocks[i]
-        return block
-
-    @staticmethod
-    def _skip_expandable(free, i: int) -> Block | None:
-        """Expandable segments were switched off: only non-expandable blocks may serve."""
-        while i < len(free.blocks) and free.blocks[i].expandable is not None:
-            i += 1
-        if i == len(free.blocks):
-            return None
-        block = free.blocks[i]
         del free.keys[i]
         del free.blocks[i]
         return block
@@ -275,24 +272,44 @@ class DeviceCachingAllocator:
         return block
 
     def _trigger_free_memory_callbacks(self) -> bool:
-        freed = False
-        for callback in list(self.free_memory_callbacks):
-            freed = bool(callback()) or freed
+        """Call the free-memory callbacks; True if one freed memory.
+
+        The allocator is between steps here, so frees that the callbacks make (and those
+        deferred so far) are done at once, where the search that follows can find them.
+        """
+        if not self.free_memory_callbacks:
+            return False
+        depth, self._depth = self._depth, 0
+        try:
+            freed = False
+            for callback in list(self.free_memory_callbacks):
+                freed = bool(callback()) or freed
+            if self._deferred:
+                self._run_deferred()
+        finally:
+            self._depth = depth
         return freed
 
     def _take_from_other_stream(self, pool: BlockPool, size: int, stream: int) -> Block | None:
-        """cross_stream_reuse: the best fit among other streams' free blocks, waited on."""
+        """cross_stream_reuse: the best fit among other streams' whole free segments.
+
+        Only whole (unsplit) segments move, so every block of a segment keeps one stream and
+        segments still merge and release as in PyTorch. The new stream waits on the event
+        recorded at the block's free (``_note_free_for_other_streams``); a block freed
+        before the option was on has none, and gets one recorded now instead.
+        """
         best, best_list, best_i = None, None, 0
         max_split = self.config.max_split_size
         for other, free in pool.free.items():
             if other == stream:
                 continue
+            blocks = free.blocks
             i = free.lower_bound(size)
-            while i < len(free.blocks) and free.blocks[i].expandable is not None:
+            while i < len(blocks) and (blocks[i].expandable is not None or blocks[i].is_split()):
                 i += 1
-            if i == len(free.blocks):
+            if i == len(blocks):
                 continue
-            candidate = free.blocks[i]
+            candidate = blocks[i]
             if size < max_split <= candidate.size:
                 continue
             if best is None or (candidate.size, candidate.ptr) < (best.size, best.ptr):
@@ -301,9 +318,11 @@ class DeviceCachingAllocator:
             return None
         del best_list.keys[best_i]  # type: ignore[union-attr]
         del best_list.blocks[best_i]  # type: ignore[union-attr]
-        if best.use_events is None:
-            best.use_events = []
-        best.use_events.append(self._use_event(best.stream))  # everything queued there so far
+        events = best.use_events
+        if events is None:
+            events = best.use_events = []
+        if not any(e.stream == best.stream for e in events):
+            events.append(self._use_event(best.stream))  # everything queued there so far
         best.stream = stream
         return best
 
@@ -318,6 +337,10 @@ class DeviceCachingAllocator:
             return None
         if self.config.expandable_segments and pool.owner is None:
             return self._try_allocate_expandable_block(pool, size, stream)
+        return self._new_segment(pool, alloc_size, stream)
+
+    def _new_segment(self, pool: BlockPool, alloc_size: int, stream: int) -> Block | None:
+        """cudaMalloc a segment of ``alloc_size`` bytes: one free block (None when full)."""
         try:
             ptr = self.driver.malloc(self.index, alloc_size)
         except Exception as exc:
@@ -337,6 +360,16 @@ class DeviceCachingAllocator:
         context = self._trace("segment_alloc", ptr, alloc_size, stream)
         self._segments[ptr] = context
         return block
+
+    def _malloc_uncached(self, pool: BlockPool, size: int, orig_size: int, stream: int) -> Block:
+        """VRAM_NO_CACHING=1: every request is its own device allocation of the rounded size."""
+        limit = self.allowed_memory_maximum
+        block = None
+        if limit is None or self.total_allocated_memory + size <= limit:
+            block = self._new_segment(pool, size, stream)
+        if block is None:
+            self._raise_oom(pool, size, size, stream)
+        return self._alloc_found_block(block, pool, size, orig_size, stream)
 
     def _alloc_found_block(
         self, block: Block, pool: BlockPool, size: int, orig_size: int, stream: int
@@ -412,12 +445,24 @@ class DeviceCachingAllocator:
             self._trace("free_requested", block.ptr, block.requested_size, block.stream)
         if block.size >= self.config.max_split_size:
             Stats.bump(stats.oversize_allocations, -1)
-        if block.stream_uses:
+        if self.config.cross_stream_reuse and not self.no_caching:
+            self._note_free_for_other_streams(block)
+        if self.no_caching:
+            self._free_uncached(block)
+        elif block.stream_uses:
             self._insert_events(block)
         else:
-            if self.config.cross_stream_reuse:
-                self._note_free_for_other_streams(block)
             self._free_block(block)
+
+    def _free_uncached(self, block: Block) -> None:
+        """VRAM_NO_CACHING=1: wait for the streams that used the block (as cudaFree would),
+        then give its segment back to the device. Synchronizes."""
+        streams = {block.stream, *(block.stream_uses or ())}
+        block.stream_uses = None
+        for stream in sorted(streams):
+            self.driver.stream_synchronize(stream)
+        self._free_block(block)
+        self._release_block(block)
 
     def _note_free_for_other_streams(self, block: Block) -> None:
         """cross_stream_reuse: another stream taking this block waits on an event of its free."""
@@ -592,7 +637,11 @@ class DeviceCachingAllocator:
         return True
 
     def _release_available_cached_blocks(self, pool: BlockPool, size: int, stream: int) -> bool:
-        """Release one oversize free block that covers the request, or several largest first."""
+        """Release one oversize free block that covers the request, or several largest first.
+
+        Only whole segments can be released: PyTorch never meets a split or expandable block
+        here unless max_split_size changed since it was cut; vram passes over those.
+        """
         max_split = self.config.max_split_size
         if max_split == SIZE_MAX:
             return False
@@ -601,28 +650,29 @@ class DeviceCachingAllocator:
             return False
         want = max(size, max_split)
         i = free.lower_bound(want)
-        if i < len(free.blocks) and free.blocks[i].expandable is None:
-            self._release_block(free.blocks[i])
-            return True
+        for block in free.blocks[i:]:
+            if _whole_segment(block):
+                self._release_block(block)
+                return True
         released = 0
-        i -= 1
-        while i >= 0 and released < want and free.blocks[i].size >= max_split:
-            block = free.blocks[i]
-            i -= 1
-            if block.expandable is None:
+        for block in reversed(free.blocks[:i]):
+            if released >= want or block.size < max_split:
+                break
+            if _whole_segment(block):
                 released += block.size
                 self._release_block(block)
         return released >= want
 
     def _garbage_collect_cached_blocks(self) -> None:
-        """Release the oldest whole free large segments once reserved passes the threshold."""
+        """Release the oldest whole free large segments once reserved passes the threshold:
+        in passes, every one at least as old as the mean, until the excess is reclaimed."""
         threshold = int(self.config.garbage_collection_threshold * self.allowed_memory_maximum)
         if self.total_allocated_memory <= threshold:
             return
         target = self.total_allocated_memory - threshold
         pool = self.large
         age = lambda b: pool.get_free_blocks_call_count - b.gc_count_base  # noqa: E731
-        freeable = [b for b in pool.all_free() if not b.is_split()]
+        freeable = [b for b in pool.all_free() if _whole_segment(b)]
         total_age = sum(age(b) for b in freeable)
         reclaimed = 0
         count = len(freeable)
@@ -631,7 +681,7 @@ class DeviceCachingAllocator:
             threshold_age = total_age / count
             freed_one = False
             for block in pool.all_free():
-                if not block.is_split() and block.expandable is None and age(block) >= threshold_age:
+                if _whole_segment(block) and age(block) >= threshold_age:
                     freed_one = True
                     reclaimed += block.size
                     total_age -= age(block)
@@ -656,9 +706,7 @@ class DeviceCachingAllocator:
 
     def _find_expandable_block(self, pool: BlockPool, size: int, stream: int) -> Block:
         def allocatable(b: Block | None) -> bool:
-            return (
-                b is not None and not b.allocated and not b.event_count and not b.stream_uses
-            )
+            return b is not None and not b.allocated and not b.event_count and not b.stream_uses
 
         def has_room(b: Block | None) -> bool:
             room = 0
@@ -673,7 +721,7 @@ class DeviceCachingAllocator:
             if has_room(c):
                 return c
         page = SMALL_BUFFER if pool.is_small else LARGE_BUFFER
-        total = self._properties_total
+        total = self.driver.properties(self.index).total_memory
         segment = ExpandableSegment(self.driver, self.index, stream, total + total // 8, page)
         self._expandable.append(segment)
         block = Block(segment.ptr, segment.size, stream, pool)
@@ -794,8 +842,13 @@ class DeviceCachingAllocator:
 
     def set_memory_fraction(self, fraction: float) -> None:
         with self._lock:
-            self.fraction = fraction
-            self.allowed_memory_maximum = int(fraction * self._properties_total)
+            self._set_fraction(fraction)
+
+    def _set_fraction(self, fraction: float) -> None:
+        """PyTorch's setMemoryFraction: a share of the total that cudaMemGetInfo reports now."""
+        total = self.driver.mem_get_info(self.index)[1]
+        self.fraction = fraction
+        self.allowed_memory_maximum = int(fraction * total)
 
     def set_config(self, config: AllocatorConfig) -> None:
         with self._lock:
@@ -849,6 +902,19 @@ def _best_expandable(free, i: int) -> int:
         and i + 1 < len(blocks)
         and expandable_size(blocks[i + 1]) < expandable_size(blocks[i])
     ):
+        i += 1
+    return i
+
+
+def _whole_segment(block: Block) -> bool:
+    """A free block that is a whole device allocation: release_block may cudaFree it."""
+    return block.expandable is None and block.prev is None and block.next is None
+
+
+def _skip_expandable(free, i: int) -> int:
+    """The index of the first non-expandable block at or after ``i`` (len if none)."""
+    blocks = free.blocks
+    while i < len(blocks) and blocks[i].expandable is not None:
         i += 1
     return i
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 __all__ = [
     "AllocatorConfig",
     "parse_config",
+    "apply_settings",
     "config_from_env",
     "default_config",
     "set_default_config",
@@ -145,6 +146,8 @@ def _items(text: str) -> list[tuple[str, str]]:
             depth += 1
         elif ch == "]":
             depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced brackets in allocator settings {text!r}")
         elif ch == "," and depth == 0:
             item = text[start:i].strip()
             start = i + 1
@@ -200,6 +203,21 @@ def parse_config(text: str, base: AllocatorConfig | None = None) -> AllocatorCon
             raise ValueError(f"unrecognized allocator option: {key!r}")
     joined = ",".join(filter(None, [base.text if base else "", text.strip()]))
     return replace(base or AllocatorConfig(), text=joined, **changes)
+
+
+def apply_settings(text: str, current: AllocatorConfig) -> AllocatorConfig:
+    """PyTorch's _set_allocator_settings: ``text`` on top of ``current``, except that
+    max_split_size_mb, roundup_power2_divisions and garbage_collection_threshold go back to
+    their defaults unless ``text`` sets them again (PyTorch resets those three each call).
+    The settings text becomes ``text``, PyTorch's last allocator settings."""
+    base = replace(
+        current,
+        text="",
+        max_split_size=SIZE_MAX,
+        roundup_power2_divisions=(0,) * ROUNDUP_INTERVALS,
+        garbage_collection_threshold=0.0,
+    )
+    return parse_config(text, base)
 
 
 def config_from_env() -> AllocatorConfig:
