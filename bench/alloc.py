@@ -27,9 +27,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _common import device_name, write_result
-
 import vram
+from _common import device_name, write_result
 
 SIZES = (512, 64 << 10, 4 << 20, 64 << 20)  # bytes
 WARMUP = 200  # pairs before each timed run

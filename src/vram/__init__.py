@@ -2,7 +2,7 @@
 stream-aware caching allocator, on real NVIDIA GPUs (``cuda:N``) and a simulated GPU
 (``sim:N``) that runs everywhere."""
 
-from . import memory, sim
+from . import memory, ops, sim
 from ._device import (
     Device,
     current_device,
@@ -38,6 +38,28 @@ from ._dtypes import (
 from ._errors import CudaError, OutOfMemoryError
 from ._streams import Event, Stream, current_stream, default_stream, set_stream, stream
 from ._tensor import *  # noqa: F403
-from . import ops  # noqa: E402  (ops sit above tensors)
+from .memory import (
+    MemPool,
+    caching_allocator_alloc,
+    caching_allocator_delete,
+    empty_cache,
+    get_allocator_settings,
+    get_per_process_memory_fraction,
+    host_empty_cache,
+    host_memory_stats,
+    max_memory_allocated,
+    max_memory_reserved,
+    memory_allocated,
+    memory_reserved,
+    memory_snapshot,
+    memory_stats,
+    memory_summary,
+    reset_accumulated_memory_stats,
+    reset_max_memory_allocated,
+    reset_peak_memory_stats,
+    set_allocator_settings,
+    set_per_process_memory_fraction,
+    use_mem_pool,
+)
 
 __version__ = "0.1.0"

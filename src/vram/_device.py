@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .driver import DeviceProperties, Driver, cuda_usable, get_driver
 
@@ -32,9 +32,11 @@ __all__ = [
 _TYPES = ("cuda", "sim", "cpu")
 
 
-@dataclass(frozen=True, slots=True)
-class Device:
-    """A device: ``type`` is "cuda", "sim" or "cpu"; ``index`` is None only for cpu."""
+class Device(NamedTuple):
+    """A device: ``type`` is "cuda", "sim" or "cpu"; ``index`` is None only for cpu.
+
+    A named tuple, so that hashing and comparing one (on every allocation) is cheap.
+    """
 
     type: str
     index: int | None = None

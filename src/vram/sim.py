@@ -1,10 +1,10 @@
 """Controls of the simulated GPU for tests and users.
 
-    with vram.sim.deferred():        # queued work is held ...
-        ...                          # ... until a stream/event is synchronized or run() drives it
-    vram.sim.inject_malloc_failure(nth=2)         # the 2nd device malloc from now fails
-    vram.sim.inject_malloc_failure(above_bytes=1 << 30)
-    vram.sim.clear_faults()
+with vram.sim.deferred():        # queued work is held ...
+    ...                          # ... until a stream/event is synchronized or run() drives it
+vram.sim.inject_malloc_failure(nth=2)         # the 2nd device malloc from now fails
+vram.sim.inject_malloc_failure(above_bytes=1 << 30)
+vram.sim.clear_faults()
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ class Driver(ABC):
     def mem_get_info(self, device: int) -> tuple[int, int]:
         """(free bytes, total bytes) of the device, as cudaMemGetInfo."""
 
-    def set_device(self, device: int) -> None:
+    def set_device(self, device: int) -> None:  # noqa: B027 - optional, a no-op by default
         """Make ``device`` the thread's current device (cudaSetDevice); the sim needs none."""
 
     @abstractmethod

@@ -5,6 +5,7 @@ from ._api import *  # noqa: F403
 from ._api import __all__ as _api_all
 from ._caching import DeviceCachingAllocator, allocate, allocator_for, format_size
 from ._config import AllocatorConfig, parse_config
+from ._counting import DeviceCalls, count_device_calls
 from ._host import (
     CachingHostAllocator,
     PinnedAllocation,
@@ -18,9 +19,16 @@ from ._host import (
     reset_peak_host_memory_stats,
 )
 from ._pools import MemPool, use_mem_pool
+from ._snapshot import _dump_snapshot, _record_memory_history, _snapshot, memory_snapshot
 
 __all__ = [
     "Allocation",
+    "DeviceCalls",
+    "count_device_calls",
+    "_dump_snapshot",
+    "_record_memory_history",
+    "_snapshot",
+    "memory_snapshot",
     "CachingHostAllocator",
     "PinnedAllocation",
     "allocate_pinned",

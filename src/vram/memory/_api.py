@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from .._device import Device, as_device
 from .._streams import Stream, current_stream
-from ._caching import _allocators, allocator_for
+from ._caching import DeviceCachingAllocator, _allocators, allocator_for
 from ._config import apply_settings, default_config, set_default_config
 
 __all__ = [
@@ -33,8 +33,8 @@ __all__ = [
     "memory_summary",
 ]
 
-# ptr -> device, for caching_allocator_delete(ptr), which is given no device
-_raw_owner: dict[int, Device] = {}
+# ptr -> its allocator, for caching_allocator_delete(ptr), which is given no device
+_raw_owner: dict[int, DeviceCachingAllocator] = {}
 
 
 def _device(device: object) -> Device:
@@ -61,16 +61,18 @@ def caching_allocator_alloc(size: int, device: object = None, stream: object = N
 
     ``stream`` (current stream if None) is the stream the memory will be used on.
     """
-    if not isinstance(size, int) or isinstance(size, bool):
-        raise TypeError(f"size must be an int, got {type(size).__name__}")
+    if type(size) is not int:
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise TypeError(f"size must be an int, got {type(size).__name__}")
     if size < 0:
         raise ValueError(f"size must be non-negative, got {size}")
     found = _device(device)
     handle = _stream_handle(stream, found)
     if size == 0:
         return 0
-    ptr = allocator_for(found).malloc(size, handle)
-    _raw_owner[ptr] = found
+    allocator = _allocators.get(found) or allocator_for(found)
+    ptr = allocator.malloc(size, handle)
+    _raw_owner[ptr] = allocator
     return ptr
 
 
@@ -78,17 +80,17 @@ def caching_allocator_delete(ptr: int) -> None:
     """Free memory from caching_allocator_alloc."""
     if ptr == 0:
         return
-    device = _raw_owner.pop(ptr, None)
-    if device is None:
+    allocator = _raw_owner.pop(ptr, None)
+    if allocator is None:
         raise ValueError(f"ptr: {ptr:#x} was not allocated by caching_allocator_alloc")
-    allocator_for(device).free(ptr)
+    allocator.free(ptr)
 
 
 def _raw_device(ptr: int, what: str) -> Device:
-    device = _raw_owner.get(ptr)
-    if device is None:
+    allocator = _raw_owner.get(ptr)
+    if allocator is None:
         raise ValueError(f"{what}: ptr {ptr:#x} was not allocated by caching_allocator_alloc")
-    return device
+    return allocator.device
 
 
 def record_stream(ptr: int, stream: Stream) -> None:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-__all__ = ["Block", "BlockPool", "FreeList"]
+__all__ = ["Block", "BlockPool", "FreeList", "KEY_SHIFT"]
 
-_KEY_SHIFT = 64  # a free-list key is (size << 64) | ptr: ordered by size, then address
+KEY_SHIFT = 64  # a free-list key is (size << 64) | ptr: ordered by size, then address
 
 
 class Block:
@@ -62,7 +62,7 @@ class Block:
 
     @property
     def key(self) -> int:
-        return (self.size << _KEY_SHIFT) | self.ptr
+        return (self.size << KEY_SHIFT) | self.ptr
 
     def __repr__(self) -> str:
         state = "allocated" if self.allocated else "free"
@@ -79,20 +79,20 @@ class FreeList:
         self.blocks: list[Block] = []
 
     def insert(self, block: Block) -> None:
-        key = (block.size << _KEY_SHIFT) | block.ptr
+        key = (block.size << KEY_SHIFT) | block.ptr
         i = bisect.bisect_left(self.keys, key)
         self.keys.insert(i, key)
         self.blocks.insert(i, block)
 
     def remove(self, block: Block) -> None:
-        i = bisect.bisect_left(self.keys, (block.size << _KEY_SHIFT) | block.ptr)
+        i = bisect.bisect_left(self.keys, (block.size << KEY_SHIFT) | block.ptr)
         assert self.blocks[i] is block, "free list out of order"
         del self.keys[i]
         del self.blocks[i]
 
     def lower_bound(self, size: int) -> int:
         """Index of the first block of at least ``size`` bytes (len if none)."""
-        return bisect.bisect_left(self.keys, size << _KEY_SHIFT)
+        return bisect.bisect_left(self.keys, size << KEY_SHIFT)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -118,7 +118,13 @@ class BlockPool:
 
     def insert(self, block: Block) -> None:
         block.gc_count_base = self.get_free_blocks_call_count
-        self.free_list(block.stream).insert(block)
+        found = self.free.get(block.stream)
+        if found is None:
+            found = self.free[block.stream] = FreeList()
+        key = (block.size << KEY_SHIFT) | block.ptr
+        i = bisect.bisect_left(found.keys, key)
+        found.keys.insert(i, key)
+        found.blocks.insert(i, block)
 
     def remove(self, block: Block) -> None:
         self.free[block.stream].remove(block)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import threading
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -39,18 +40,16 @@ from typing import Any
 from .._device import Device, as_device
 from .._errors import OutOfMemoryError
 from ..driver import Driver
-from ._blocks import Block, BlockPool
+from ._blocks import KEY_SHIFT, Block, BlockPool
 from ._config import SIZE_MAX, AllocatorConfig, default_config
 from ._expandable import ExpandableSegment
 from ._stats import (
-    ACTIVE,
-    ACTIVE_BYTES,
+    _FLUSH_AT,
     ALLOCATED_BYTES,
-    ALLOCATION,
-    INACTIVE_SPLIT,
-    INACTIVE_SPLIT_BYTES,
     LARGE,
-    REQUESTED_BYTES,
+    OP_ALLOC,
+    OP_FREE_COMPLETED,
+    OP_FREE_REQUESTED,
     RESERVED_BYTES,
     SEGMENT,
     SMALL,
@@ -100,10 +99,12 @@ class _UseEvent:
 class DeviceCachingAllocator:
     """The caching allocator of one device (cuda:N or sim:N)."""
 
-    def __init__(self, device: Device, config: AllocatorConfig | None = None) -> None:
+    def __init__(
+        self, device: Device, config: AllocatorConfig | None = None, driver: Driver | None = None
+    ) -> None:
         self.device = device
         self.index: int = device.index  # type: ignore[assignment]
-        self.driver: Driver = device.driver
+        self.driver: Driver = driver or device.driver  # another driver: replays use their own
         self.config = config or default_config()
         self._lock = threading.RLock()
         self._depth = 0  # > 0 while a public method of this thread runs (guarded by _lock)
@@ -126,37 +127,46 @@ class DeviceCachingAllocator:
         self.active_pools: threading.local = threading.local()  # per-thread MemPool stack
         self.private_pools: dict[tuple[int, int], Any] = {}  # id -> PrivatePool
         self.no_caching = os.environ.get("VRAM_NO_CACHING") == "1"  # read once, at creation
+        self._derive_flags()
         if self.config.per_process_memory_fraction < 1.0:
             self._set_fraction(self.config.per_process_memory_fraction)
 
     # ================================================================ public: malloc / free
     def malloc(self, size: int, stream: int) -> int:
         """Return a device pointer to at least ``size`` bytes usable on ``stream``."""
-        with self._lock:
-            self._depth += 1
-            try:
-                if self._pending_count:
-                    self._process_events()
-                block = self._malloc(size, stream)
-            finally:
-                self._depth -= 1
-                if self._deferred and not self._depth:
-                    self._run_deferred()
-            return block.ptr
+        lock = self._lock
+        lock.acquire()  # (not ``with``: this is the hot path, and ``with`` costs twice as much)
+        self._depth += 1
+        try:
+            if self._pending_count:
+                self._process_events()
+            block = self._malloc(size, stream)
+            if len(self.stats.log) >= _FLUSH_AT:
+                self.stats.flush()
+        finally:
+            self._depth -= 1
+            if self._deferred and not self._depth:
+                self._run_deferred()
+            lock.release()
+        return block.ptr
 
     def free(self, ptr: int) -> None:
         """Free an allocation. Re-entrant frees (from finalizers) are deferred, never lost."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             if self._depth:
                 self._deferred.append(ptr)
                 return
-            self._depth += 1
+            self._depth = 1
             try:
                 self._free(ptr)
             finally:
-                self._depth -= 1
+                self._depth = 0
                 if self._deferred:
                     self._run_deferred()
+        finally:
+            lock.release()
 
     def record_stream(self, ptr: int, stream: int) -> None:
         """The allocation at ``ptr`` is used on ``stream`` (PyTorch's recordStream)."""
@@ -186,6 +196,8 @@ class DeviceCachingAllocator:
         """PyTorch's round_size: 512 B multiples, or power-of-two divisions when set."""
         if size < MIN_BLOCK_SIZE:
             return MIN_BLOCK_SIZE
+        if not self._any_divisions:
+            return (size + MIN_BLOCK_SIZE - 1) & -MIN_BLOCK_SIZE
         divisions = self._divisions(size)
         if divisions > 1 and size > MIN_BLOCK_SIZE * divisions:
             return _next_division(size, divisions)
@@ -206,15 +218,22 @@ class DeviceCachingAllocator:
         return -(-size // ROUND_LARGE) * ROUND_LARGE
 
     def _pool_for(self, size: int) -> BlockPool:
-        stack = getattr(self.active_pools, "stack", None)
-        if stack:
-            private = stack[-1]
-            return private.small if size <= SMALL_SIZE else private.large
+        if self.private_pools:  # only then can a thread be inside use_mem_pool
+            stack = getattr(self.active_pools, "stack", None)
+            if stack:
+                private = stack[-1]
+                return private.small if size <= SMALL_SIZE else private.large
         return self.small if size <= SMALL_SIZE else self.large
 
     def _malloc(self, orig_size: int, stream: int) -> Block:
-        size = self.round_size(orig_size)
-        pool = self._pool_for(size)
+        if self._any_divisions or orig_size < MIN_BLOCK_SIZE:
+            size = self.round_size(orig_size)
+        else:
+            size = (orig_size + MIN_BLOCK_SIZE - 1) & -MIN_BLOCK_SIZE
+        if self.private_pools:
+            pool = self._pool_for(size)
+        else:
+            pool = self.small if size <= SMALL_SIZE else self.large
         if self.no_caching:
             return self._malloc_uncached(pool, size, orig_size, stream)
         block = self._get_free_block(pool, size, stream)
@@ -225,13 +244,14 @@ class DeviceCachingAllocator:
     def _get_free_block(self, pool: BlockPool, size: int, stream: int) -> Block | None:
         """Best fit on ``stream``: the smallest free block that fits, lowest address first."""
         config = self.config
-        if self.allowed_memory_maximum is not None and config.garbage_collection_threshold:
+        if self._gc_on:
             pool.get_free_blocks_call_count += 1
         free = pool.free.get(stream)
         if free is None:
             return None
-        i = free.lower_bound(size)
-        if i == len(free.keys):
+        keys = free.keys
+        i = bisect_left(keys, size << KEY_SHIFT)
+        if i == len(keys):
             return None
         if free.blocks[i].expandable is not None:
             if config.expandable_segments:
@@ -259,7 +279,7 @@ class DeviceCachingAllocator:
             block = self._take_from_other_stream(pool, size, stream)
         if block is not None:
             return block
-        if self.allowed_memory_maximum is not None and self.config.garbage_collection_threshold:
+        if self._gc_on:
             self._garbage_collect_cached_blocks()
         alloc_size = self.allocation_size(size)
         block = self._alloc_block(pool, size, alloc_size, stream, retry=False)
@@ -376,7 +396,6 @@ class DeviceCachingAllocator:
     ) -> Block:
         """Split off the front of ``block`` for the request when worth it; mark it allocated."""
         kind = SMALL if pool.is_small else LARGE
-        stats = self.stats
         expandable = block.expandable is not None
         remaining = block.size - size
         if pool.is_small or self.config.expandable_segments:
@@ -384,6 +403,7 @@ class DeviceCachingAllocator:
         else:
             split = size < self.config.max_split_size and remaining > SMALL_SIZE
         already_split = block.prev is not None or block.next is not None
+        split_blocks = split_bytes = 0  # change of inactive_split and inactive_split_bytes
         if split:
             rest = block
             block = Block(rest.ptr, size, stream, pool)
@@ -400,25 +420,19 @@ class DeviceCachingAllocator:
             pool.insert(rest)
             if not expandable:
                 if already_split:
-                    stats.decrease(INACTIVE_SPLIT_BYTES, kind, size)
+                    split_bytes = -size
                 else:
-                    stats.increase(INACTIVE_SPLIT_BYTES, kind, remaining)
-                    stats.increase(INACTIVE_SPLIT, kind, 1)
+                    split_blocks, split_bytes = 1, remaining
         elif already_split and not expandable:
-            stats.decrease(INACTIVE_SPLIT_BYTES, kind, block.size)
-            stats.decrease(INACTIVE_SPLIT, kind, 1)
+            split_blocks, split_bytes = -1, -block.size
         if block.use_events:
             self._wait_use_events(block, stream)
         block.allocated = True
         block.requested_size = orig_size
         self._allocated[block.ptr] = block
-        stats.increase(ALLOCATION, kind, 1)
-        stats.increase(ALLOCATED_BYTES, kind, block.size)
-        stats.increase(ACTIVE, kind, 1)
-        stats.increase(ACTIVE_BYTES, kind, block.size)
-        stats.increase(REQUESTED_BYTES, kind, orig_size)
+        self.stats.log.append((OP_ALLOC + kind, block.size, orig_size, split_blocks, split_bytes))
         if block.size >= self.config.max_split_size:
-            Stats.bump(stats.oversize_allocations, 1)
+            Stats.bump(self.stats.oversize_allocations, 1)
         if self.recorder is not None:
             block.context = self._trace("alloc", block.ptr, orig_size, stream)
         return block
@@ -438,13 +452,11 @@ class DeviceCachingAllocator:
             raise ValueError(f"ptr: {ptr:#x} was not allocated by the caching allocator")
         block.allocated = False
         kind = SMALL if block.pool.is_small else LARGE
-        stats = self.stats
-        stats.decrease(ALLOCATION, kind, 1)
-        stats.decrease(ALLOCATED_BYTES, kind, block.size)
+        self.stats.log.append((OP_FREE_REQUESTED + kind, block.size, 0, 0, 0))
         if self.recorder is not None:
             self._trace("free_requested", block.ptr, block.requested_size, block.stream)
         if block.size >= self.config.max_split_size:
-            Stats.bump(stats.oversize_allocations, -1)
+            Stats.bump(self.stats.oversize_allocations, -1)
         if self.config.cross_stream_reuse and not self.no_caching:
             self._note_free_for_other_streams(block)
         if self.no_caching:
@@ -476,26 +488,26 @@ class DeviceCachingAllocator:
             self._trace("free_completed", block.ptr, block.requested_size, block.stream)
             block.context = None
         original_size = block.size
-        requested = block.requested_size
         pool = block.pool
         split_blocks = split_bytes = 0
-        for neighbour in (block.prev, block.next):
-            subsumed = self._try_merge(block, neighbour, pool)
+        prev, nxt = block.prev, block.next
+        if prev is not None and not prev.allocated:
+            subsumed = self._try_merge(block, prev, pool)
             if subsumed:
-                split_blocks -= 1
-                split_bytes -= subsumed
+                split_blocks, split_bytes = -1, -subsumed
+        if nxt is not None and not nxt.allocated:
+            subsumed = self._try_merge(block, nxt, pool)
+            if subsumed:
+                split_blocks, split_bytes = split_blocks - 1, split_bytes - subsumed
         pool.insert(block)
         if block.prev is not None or block.next is not None:
             split_blocks += 1
             split_bytes += block.size
+        if block.expandable is not None:
+            split_blocks = split_bytes = 0  # PyTorch leaves expandable blocks out of it
         kind = SMALL if pool.is_small else LARGE
-        stats = self.stats
-        if block.expandable is None:
-            stats.change(INACTIVE_SPLIT, kind, split_blocks)
-            stats.change(INACTIVE_SPLIT_BYTES, kind, split_bytes)
-        stats.decrease(ACTIVE, kind, 1)
-        stats.decrease(ACTIVE_BYTES, kind, original_size)
-        stats.decrease(REQUESTED_BYTES, kind, requested)
+        entry = (OP_FREE_COMPLETED + kind, original_size, block.requested_size)
+        self.stats.log.append((*entry, split_blocks, split_bytes))
 
     def _try_merge(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
         """Absorb free neighbour ``src`` into ``dst``; the bytes absorbed (0 if it can't)."""
@@ -508,9 +520,11 @@ class DeviceCachingAllocator:
             or src.stream != dst.stream
         ):
             return 0
-        assert dst.is_split() and src.is_split(), "merging blocks of different segments"
         if src.mapped:
-            pool.remove(src)
+            free = pool.free[src.stream]
+            i = bisect_left(free.keys, (src.size << KEY_SHIFT) | src.ptr)
+            del free.keys[i]
+            del free.blocks[i]
         else:
             pool.remove_unmapped(src)
         if dst.prev is src:  # [src dst]
@@ -849,10 +863,19 @@ class DeviceCachingAllocator:
         total = self.driver.mem_get_info(self.index)[1]
         self.fraction = fraction
         self.allowed_memory_maximum = int(fraction * total)
+        self._derive_flags()
 
     def set_config(self, config: AllocatorConfig) -> None:
         with self._lock:
             self.config = config
+            self._derive_flags()
+
+    def _derive_flags(self) -> None:
+        """Flags the hot path reads instead of the settings they come from."""
+        self._any_divisions = any(d > 1 for d in self.config.roundup_power2_divisions)
+        self._gc_on = bool(
+            self.allowed_memory_maximum is not None and self.config.garbage_collection_threshold
+        )
 
     def memory_stats(self) -> dict[str, int]:
         with self._lock:
@@ -942,6 +965,8 @@ def _merged_events(dst: list | None, src: list, driver: Driver) -> list:
 # ================================================================ one allocator a device
 _allocators: dict[Device, DeviceCachingAllocator] = {}
 _allocators_lock = threading.Lock()
+# called with each allocator allocator_for creates (memory history attaches itself here)
+allocator_created_hooks: list[Callable[[DeviceCachingAllocator], None]] = []
 
 
 def allocator_for(device: object = None) -> DeviceCachingAllocator:
@@ -955,6 +980,8 @@ def allocator_for(device: object = None) -> DeviceCachingAllocator:
             allocator = _allocators.get(found)
             if allocator is None:
                 allocator = _allocators[found] = DeviceCachingAllocator(found)
+                for hook in allocator_created_hooks:
+                    hook(allocator)
     return allocator
 
 

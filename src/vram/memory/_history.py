@@ -1,0 +1,156 @@
+"""What hangs on an allocator's ``recorder``: the allocation history and the call counters.
+
+An allocator calls ``recorder.record(allocator, action, addr, size, stream)`` for each event
+while its ``recorder`` is set (DeviceCachingAllocator._trace). The recorder here is a small
+fan-out: the allocator's History (while _record_memory_history is on) and any number of
+counters (count_device_calls) hang on it. With neither, ``allocator.recorder`` goes back to
+None and the allocator's hot path pays nothing.
+
+History keeps PyTorch's meanings:
+- ``enabled``: "state" keeps stack frames of live allocations and segments only; "all" also
+  keeps the trace of events, in a ring of ``max_entries``.
+- ``context``: None records no frames; "state" frames of live allocations and segments;
+  "alloc" also on alloc events of the trace; "all" also on free events (the stack at the
+  free). Without "all", free and segment_free events carry the frames of the allocation.
+- Frames are Python frames, innermost first, as PyTorch's ``{filename, line, name}`` dicts;
+  frames inside ``vram.memory`` (the allocator and this recorder) are left out. They are kept
+  as (code, line) pairs and turned into dicts only when a snapshot is taken.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Recorder", "History", "HistorySettings", "attach", "detach", "frames_to_dicts"]
+
+_MEMORY_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # frames here are skipped
+
+
+@dataclass(frozen=True, slots=True)
+class HistorySettings:
+    """What _record_memory_history asked for."""
+
+    trace: bool  # enabled == "all": keep the event trace, not only live frames
+    context: str | None  # None, "state", "alloc" or "all"
+    stacks: str  # "python" or "all" (vram has only Python frames)
+    max_entries: int  # bound of the trace ring
+
+
+Frames = tuple  # ((code, line), ...), innermost first
+_CAPTURED = frozenset(("alloc", "segment_alloc", "segment_map", "oom"))  # stack taken at the event
+
+
+def capture_frames() -> Frames:
+    """The caller's Python stack, innermost first, without vram.memory's own frames."""
+    frame = sys._getframe(1)
+    out = []
+    while frame is not None:
+        code = frame.f_code
+        if not code.co_filename.startswith(_MEMORY_DIR):
+            out.append((code, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(out)
+
+
+def frames_to_dicts(frames: Any) -> list[dict]:
+    """Captured frames as PyTorch's list of {filename, line, name} dicts ([] for none)."""
+    if not frames:
+        return []
+    return [{"filename": c.co_filename, "line": line, "name": c.co_name} for c, line in frames]
+
+
+class History:
+    """One allocator's history: the event ring, and the frames of its live allocations."""
+
+    __slots__ = ("settings", "entries", "_live", "_last")
+
+    def __init__(self, settings: HistorySettings, old: History | None = None) -> None:
+        self.settings = settings
+        kept = old.entries if old is not None else ()
+        self.entries: deque = deque(kept, maxlen=settings.max_entries)
+        self._live: dict[int, Frames] = dict(old._live) if old is not None else {}
+        self._last: tuple = ("", 0, None)  # (action, addr, frames) of the previous event
+
+    def record(self, allocator: Any, action: str, addr: int, size: int, stream: int) -> Any:
+        """Note one event; returns the frames the allocator keeps (alloc, segment_alloc)."""
+        context = self.settings.context
+        state = kept = None
+        if context is not None:
+            if action in _CAPTURED:
+                state = capture_frames()
+                kept = state if context != "state" else None
+                if action == "alloc":
+                    self._live[addr] = state
+            elif context == "all":
+                last = self._last
+                if action == "free_completed" and last[0] == "free_requested" and last[1] == addr:
+                    kept = last[2]  # the same free() call: one stack, as PyTorch takes
+                else:
+                    kept = capture_frames()
+            elif action == "free_requested" or action == "free_completed":
+                kept = self._live.get(addr)
+            elif action == "segment_free":
+                kept = allocator._segments.get(addr)
+            if action == "free_completed":
+                self._live.pop(addr, None)
+        self._last = (action, addr, kept)
+        if self.settings.trace:
+            self.entries.append((action, addr, size, stream, time.time_ns() // 1000, kept))
+        return state
+
+    def trace(self) -> list[dict]:
+        """The ring as PyTorch's device trace entries, oldest first."""
+        return [
+            {
+                "action": action,
+                "addr": addr,
+                "frames": frames_to_dicts(frames),
+                "size": size,
+                "stream": stream,
+                "time_us": time_us,
+                "compile_context": "N/A",
+                "user_metadata": "",
+            }
+            for action, addr, size, stream, time_us, frames in list(self.entries)
+        ]
+
+
+class Recorder:
+    """The fan-out an allocator's ``recorder`` points to (guarded by the allocator's lock)."""
+
+    __slots__ = ("history", "counters")
+
+    def __init__(self) -> None:
+        self.history: History | None = None
+        self.counters: list[dict[str, int]] = []  # one dict action -> count per counter
+
+    def record(self, allocator: Any, action: str, addr: int, size: int, stream: int) -> Any:
+        for counts in self.counters:
+            counts[action] = counts.get(action, 0) + 1
+        history = self.history
+        if history is None:
+            return None
+        return history.record(allocator, action, addr, size, stream)
+
+    def idle(self) -> bool:
+        return self.history is None and not self.counters
+
+
+def attach(allocator: Any) -> Recorder:
+    """The allocator's Recorder, installed if it has none. Call under the allocator's lock."""
+    recorder = allocator.recorder
+    if not isinstance(recorder, Recorder):
+        recorder = allocator.recorder = Recorder()
+    return recorder
+
+
+def detach(allocator: Any) -> None:
+    """Take the recorder off when nothing hangs on it. Call under the allocator's lock."""
+    recorder = allocator.recorder
+    if isinstance(recorder, Recorder) and recorder.idle():
+        allocator.recorder = None

@@ -1,0 +1,753 @@
+"""Replay a memory trace through vram's allocator under other settings: ``vram replay``.
+
+    vram replay snapshot.pickle --config expandable_segments:True --capacity 40GiB
+
+A trace is the ``device_traces`` of a snapshot, PyTorch's or vram's. Its alloc,
+free_requested and free_completed events are the program's requests; they are replayed in
+order, per stream, through a fresh DeviceCachingAllocator on a simulated device, once per
+configuration. Its segment_* events are the decisions PyTorch's allocator made: under the
+settings the trace was recorded with, the replay makes the same ones (the same segment
+allocations, of the same sizes, in order), which the result reports as
+``matches_recorded``.
+
+Rules of the replay:
+- Settings: the trace's ``allocator_settings`` are turned back into a VRAM_ALLOC_CONF
+  string; each configuration is applied on top of them ("" is the recorded settings).
+  ``record_use:True`` in a configuration replays pending frees with record_use.
+- Addresses: the replay device hands out the addresses the trace recorded for segments of
+  the same size, in order, so that best fit breaks ties between equal free blocks as it did.
+  Memory is counted, never backed: the replay touches no data.
+- A free whose free_completed comes later (the block waited on record_stream events) is
+  held on a stream of its own until the trace completes it; with record_use it returns to
+  the pool at once and the next owner's stream waits instead.
+- A run of segment_free (or segment_unmap) events is replayed as one empty_cache() call.
+  The trace cannot tell the program's empty_cache() from PyTorch's release-and-retry when
+  the recorded GPU was full (that GPU's capacity is not in the trace), and both released
+  every cached segment; so under the recorded settings the replay frees what PyTorch freed.
+- A trace that began late (Note [Trace begins late]): allocations freed in it but never
+  allocated in it, and active blocks of the final state that it never allocated, were live
+  when it began; they are allocated first, in address order. Segments of the final state it
+  never created existed too; they are created up front. Both are reported in ``notes``.
+
+Per configuration the result says: device mallocs (segment allocations plus mapped pages),
+the segment sizes in order, peak reserved and peak allocated; at the peak (the moment
+allocated memory reached its maximum) the reserved bytes, reserved/allocated and the
+largest free block; and whether the replay ran out of memory at ``capacity`` (without one,
+the device is 80 GiB or four times what the trace reserved, whichever is more).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import pickle
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._device import Device
+from .._errors import CudaError, OutOfMemoryError
+from ..driver._sim import SimDriver, parse_bytes
+from ..memory._caching import DeviceCachingAllocator
+from ..memory._config import AllocatorConfig, parse_config
+from ..memory._stats import ALLOCATED_BYTES, RESERVED_BYTES
+
+__all__ = [
+    "replay",
+    "load_snapshot",
+    "settings_to_config",
+    "write_html",
+    "ReplayDriver",
+    "main_replay",
+]
+
+_MB = 1 << 20
+_DEFAULT_CAPACITY = 80 << 30  # bytes; at least this without --capacity (an H100's memory)
+_SYNTHETIC_GAP = 1 << 40  # bytes between the recorded addresses and the replay's own
+_ALIGN = 2 << 20  # bytes; alignment of addresses the replay makes up
+_REQUESTS = ("alloc", "free_requested", "free_completed", "segment_free", "segment_unmap")
+_RELEASES = ("segment_free", "segment_unmap")  # a run of these: cached memory given back
+
+
+# ============================================================================ loading
+def load_snapshot(source: dict | str | Path) -> dict:
+    """A snapshot dict from a dict or a pickle file; ValueError if it is not a snapshot."""
+    if isinstance(source, dict):
+        snapshot = source
+        where = "the snapshot"
+    else:
+        path = Path(source)
+        where = str(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{where}: no such file")
+        try:
+            with path.open("rb") as f:
+                snapshot = pickle.load(f)
+        except Exception as exc:  # any unpickling failure means "not a snapshot"
+            raise ValueError(f"{where}: not a memory snapshot pickle ({exc})") from None
+    if not isinstance(snapshot, dict) or not (
+        isinstance(snapshot.get("segments"), list)
+        or isinstance(snapshot.get("device_traces"), list)
+    ):
+        kind = type(snapshot).__name__
+        raise ValueError(
+            f"{where}: not a memory snapshot (expected a dict with 'segments' and "
+            f"'device_traces', got a {kind})"
+        )
+    return snapshot
+
+
+def settings_to_config(settings: dict | None) -> str:
+    """A VRAM_ALLOC_CONF string that rebuilds a snapshot's ``allocator_settings`` dict."""
+    if not settings:
+        return ""
+    parts = []
+    split = settings.get("max_split_size", -1)
+    if split not in (-1, None) and split < (1 << 63):
+        parts.append(f"max_split_size_mb:{split // _MB}")
+    rounding = settings.get("max_non_split_rounding_size")
+    if rounding and rounding != 20 * _MB:
+        parts.append(f"max_non_split_rounding_mb:{rounding // _MB}")
+    threshold = settings.get("garbage_collection_threshold") or 0.0
+    if threshold:
+        parts.append(f"garbage_collection_threshold:{threshold}")
+    divisions = settings.get("roundup_power2_divisions") or {}
+    table = [divisions[k] for k in sorted(divisions, key=int)] if divisions else []
+    if any(table):
+        if len(set(table)) == 1:
+            parts.append(f"roundup_power2_divisions:{table[0]}")
+        else:
+            items = ",".join(f"{k}:{divisions[k]}" for k in sorted(divisions, key=int))
+            parts.append(f"roundup_power2_divisions:[{items}]")
+    for key in ("expandable_segments", "cross_stream_reuse"):
+        if settings.get(key):
+            parts.append(f"{key}:True")
+    return ",".join(parts)
+
+
+# ===================================================================== the replay device
+class ReplayDriver(SimDriver):
+    """A simulated device that counts memory without backing it.
+
+    ``malloc`` hands out the recorded segment addresses of the same size, in order, while
+    their range is free; other sizes get addresses far above the recorded ones. Events
+    complete at once except those recorded on held streams, which complete when the
+    replay releases the stream (the trace's free_completed).
+    """
+
+    def __init__(self, capacity: int, recorded: list[tuple[int, int]]) -> None:
+        super().__init__(device_count=1, capacity=capacity)
+        self.capacity = capacity
+        self.used = 0  # bytes of malloc and vmm_create live
+        self._recorded: dict[int, deque[int]] = {}  # size -> recorded addresses, in order
+        top = 0
+        for addr, size in recorded:
+            self._recorded.setdefault(size, deque()).append(addr)
+            top = max(top, addr + size)
+        self._next_va = -(-(top + _SYNTHETIC_GAP) // _ALIGN) * _ALIGN
+        self._starts: list[int] = []  # sorted starts of live mallocs
+        self._sizes: dict[int, int] = {}  # live malloc start -> size
+        self._vmm: dict[int, int] = {}  # physical handle -> size
+        self._held: dict[int, list[int]] = {}  # held stream -> events recorded on it
+        self._incomplete: set[int] = set()
+        self._event_ids = iter(range(1, 1 << 62))
+
+    # ---- memory
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        return max(self.capacity - self.used, 0), self.capacity
+
+    def _charge(self, size: int, call: str) -> None:  # type: ignore[override]
+        if self.used + size > self.capacity:
+            raise CudaError(call, "CUDA_ERROR_OUT_OF_MEMORY")
+        self.used += size
+
+    def _overlaps(self, addr: int, size: int) -> bool:
+        i = bisect.bisect_left(self._starts, addr)
+        if i < len(self._starts) and self._starts[i] < addr + size:
+            return True
+        return i > 0 and self._starts[i - 1] + self._sizes[self._starts[i - 1]] > addr
+
+    def is_live(self, addr: int) -> bool:
+        """True when a live malloc starts at ``addr``."""
+        return addr in self._sizes
+
+    def _take_va(self, size: int) -> int:
+        addr = self._next_va
+        self._next_va += -(-size // _ALIGN) * _ALIGN
+        return addr
+
+    def malloc(self, device: int, size: int) -> int:
+        self._charge(size, "cuMemAlloc")
+        ptr = None
+        queue = self._recorded.get(size)
+        if queue:
+            for i, addr in enumerate(queue):
+                if not self._overlaps(addr, size):
+                    del queue[i]
+                    ptr = addr
+                    break
+        if ptr is None:
+            ptr = self._take_va(size)
+        bisect.insort(self._starts, ptr)
+        self._sizes[ptr] = size
+        return ptr
+
+    def free(self, device: int, ptr: int) -> None:
+        size = self._sizes.pop(ptr)
+        del self._starts[bisect.bisect_left(self._starts, ptr)]
+        self.used -= size
+
+    def vmm_reserve(self, device: int, size: int) -> int:
+        return self._take_va(size)
+
+    def vmm_release(self, device: int, va: int, size: int) -> None:
+        pass
+
+    def vmm_create(self, device: int, size: int) -> int:
+        self._charge(size, "cuMemCreate")
+        handle = next(self._event_ids)
+        self._vmm[handle] = size
+        return handle
+
+    def vmm_release_handle(self, device: int, handle: int) -> None:
+        self.used -= self._vmm.pop(handle)
+
+    def vmm_map(self, device: int, va: int, size: int, handle: int) -> None:
+        pass
+
+    def vmm_unmap(self, device: int, va: int, size: int) -> None:
+        pass
+
+    # ---- streams and events: nothing runs; held streams keep their events pending
+    def hold(self, stream: int) -> None:
+        self._held[stream] = []
+
+    def release(self, stream: int) -> None:
+        for event in self._held.pop(stream, ()):
+            self._incomplete.discard(event)
+
+    def event_create(self, device: int, timing: bool = False) -> int:
+        return next(self._event_ids)
+
+    def event_destroy(self, event: int) -> None:
+        self._incomplete.discard(event)
+
+    def event_record(self, event: int, stream: int) -> None:
+        held = self._held.get(stream)
+        if held is None:
+            self._incomplete.discard(event)
+        else:
+            held.append(event)
+            self._incomplete.add(event)
+
+    def event_query(self, event: int) -> bool:
+        return event not in self._incomplete
+
+    def event_synchronize(self, event: int) -> None:
+        self._incomplete.discard(event)
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        pass
+
+    def stream_synchronize(self, stream: int) -> None:
+        self.release(stream)
+
+    def device_synchronize(self, device: int) -> None:
+        for stream in list(self._held):
+            self.release(stream)
+
+
+# ===================================================================== reading a trace
+@dataclass
+class _Trace:
+    """The requests of one device's trace, and what was live before it began."""
+
+    entries: list[dict]
+    recorded_segments: list[tuple[int, int]]  # (addr, size) of segment_alloc, in order
+    recorded_sizes: list[int]  # sizes of segment_alloc and segment_map, in order
+    settings: dict
+    pre_allocs: list[tuple[int, int, int]] = field(default_factory=list)  # addr, size, stream
+    pre_segments: list[tuple[int, int, int, bool]] = field(default_factory=list)
+    cache_clears: set[int] = field(default_factory=set)  # entry index of empty_cache calls
+    notes: list[str] = field(default_factory=list)
+
+
+def _read_trace(snapshot: dict, device: int | None) -> _Trace:
+    traces = snapshot.get("device_traces") or []
+    if device is None:
+        device = next((i for i, t in enumerate(traces) if t), None)
+        if device is None:
+            raise ValueError(
+                "the snapshot has no device trace: record it with "
+                "_record_memory_history(enabled='all') before taking the snapshot"
+            )
+    if not 0 <= device < len(traces) or not traces[device]:
+        raise ValueError(f"device: the snapshot has no trace for device {device}")
+    entries = traces[device]
+    trace = _Trace(
+        entries=entries,
+        recorded_segments=[
+            (e["addr"], e["size"]) for e in entries if e["action"] == "segment_alloc"
+        ],
+        recorded_sizes=[
+            e["size"] for e in entries if e["action"] in ("segment_alloc", "segment_map")
+        ],
+        settings=snapshot.get("allocator_settings") or {},
+    )
+    _find_cache_clears(trace)
+    _find_pre_state(trace, snapshot, device)
+    return trace
+
+
+def _find_cache_clears(trace: _Trace) -> None:
+    """Each run of segment_free / segment_unmap events is one release of cached memory."""
+    previous = None
+    for i, e in enumerate(trace.entries):
+        action = e["action"]
+        if action in _RELEASES and previous not in _RELEASES:
+            trace.cache_clears.add(i)
+        if action != "free_completed":  # a release completes pending frees first
+            previous = action
+    if trace.cache_clears:
+        trace.notes.append(
+            f"{len(trace.cache_clears)} releases of cached memory (empty_cache, or an "
+            "out-of-memory retry on the recorded device) replayed as empty_cache()"
+        )
+
+
+def _find_pre_state(trace: _Trace, snapshot: dict, device: int) -> None:
+    """What was live before the trace began (Note [Trace begins late] in the module doc)."""
+    live: dict[int, int] = {}
+    pre: dict[int, tuple[int, int, int]] = {}
+    requested: set[int] = set()  # frees requested and not completed yet
+    made_segments: set[int] = set()
+    freed_before_made: dict[int, tuple[int, int, int, bool]] = {}
+    for e in trace.entries:
+        action, addr = e["action"], e["addr"]
+        if action == "alloc":
+            live[addr] = e["size"]
+        elif action == "free_requested":
+            if live.pop(addr, None) is None and addr not in pre:
+                pre[addr] = (addr, e["size"], e["stream"])
+            requested.add(addr)
+        elif action == "free_completed":
+            if addr not in requested and addr not in pre:  # its free began before the trace
+                pre[addr] = (addr, e["size"], e["stream"])
+            requested.discard(addr)
+        elif action == "segment_alloc":
+            made_segments.add(addr)
+        elif action == "segment_free" and addr not in made_segments:
+            small = e["size"] == 2 * _MB
+            freed_before_made.setdefault(addr, (addr, e["size"], e["stream"], small))
+    for seg in snapshot.get("segments") or []:
+        if seg.get("device", device) != device:
+            continue
+        for block in seg.get("blocks", ()):
+            addr = block["address"]
+            known = addr in live or addr in pre or addr in requested
+            if block["state"] != "inactive" and not known:
+                size = block.get("requested_size") or block["size"]
+                pre[addr] = (addr, size, seg["stream"])
+        if seg["address"] not in made_segments and not seg.get("is_expandable"):
+            small = seg.get("segment_type") == "small"
+            freed_before_made.setdefault(
+                seg["address"], (seg["address"], seg["total_size"], seg["stream"], small)
+            )
+    trace.pre_allocs = sorted(pre.values())
+    trace.pre_segments = sorted(freed_before_made.values())
+    if trace.pre_allocs:
+        trace.notes.append(
+            f"{len(trace.pre_allocs)} allocations were live before the trace began; "
+            "allocated first, in address order"
+        )
+    if trace.pre_segments:
+        trace.notes.append(
+            f"{len(trace.pre_segments)} segments existed before the trace began; created first"
+        )
+
+
+# ========================================================================== replaying
+class _Record:
+    """The replay allocator's recorder: the segment sizes it allocated or mapped, in order."""
+
+    __slots__ = ("sizes",)
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def record(self, allocator: Any, action: str, addr: int, size: int, stream: int) -> None:
+        if action == "segment_alloc" or action == "segment_map":
+            self.sizes.append(size)
+
+
+@dataclass
+class _Run:
+    row: dict
+    reserved: list[int]  # after each event
+    allocated: list[int]
+
+
+def _split_config(text: str) -> tuple[str, bool]:
+    """Take vram replay's own ``record_use:True`` out of a config string."""
+    kept, record_use = [], False
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = part.partition(":")
+        if key.strip() == "record_use":
+            if value.strip() not in ("True", "False"):
+                raise ValueError(f"record_use: expected True or False, got {value.strip()!r}")
+            record_use = value.strip() == "True"
+        else:
+            kept.append(part)
+    return ",".join(kept), record_use
+
+
+def _largest_free(allocator: DeviceCachingAllocator) -> int:
+    """The largest free mapped block: the last of each (size-ordered) free list."""
+    pools = [allocator.small, allocator.large]
+    for private in allocator.private_pools.values():
+        pools += [private.small, private.large]
+    return max((f.blocks[-1].size for p in pools for f in p.free.values() if f.blocks), default=0)
+
+
+class _Replayer:
+    """One replay of one trace under one configuration."""
+
+    def __init__(self, trace: _Trace, config: AllocatorConfig, capacity: int, record_use: bool):
+        self.trace = trace
+        self.record_use = record_use
+        pre = [(addr, size) for addr, size, _, _ in trace.pre_segments]
+        self.driver = ReplayDriver(capacity, pre + trace.recorded_segments)
+        allocator = DeviceCachingAllocator(Device("sim", 0), config, driver=self.driver)
+        allocator.no_caching = False  # a replay is of the caching allocator, whatever the env
+        allocator.recorder = self.record = _Record()
+        self.allocator = allocator
+        self.ptrs: dict[int, int] = {}  # recorded address -> replay pointer, live allocations
+        self.held: dict[int, int] = {}  # recorded address -> held stream of a pending free
+        self._next_held = -1
+        self.peak_allocated = self.reserved_at_peak = self.largest_free_at_peak = 0
+        self.reserved: list[int] = []
+        self.allocated: list[int] = []
+
+    def _malloc(self, addr: int, size: int, stream: int) -> None:
+        allocator = self.allocator
+        self.ptrs[addr] = allocator.malloc(max(size, 1), stream)
+        allocated = allocator.stats.current(ALLOCATED_BYTES)
+        if allocated > self.peak_allocated:  # the peak moment: note the state there
+            self.peak_allocated = allocated
+            self.reserved_at_peak = allocator.stats.current(RESERVED_BYTES)
+            self.largest_free_at_peak = _largest_free(allocator)
+
+    def _free_requested(self, addr: int, pending: bool) -> None:
+        ptr = self.ptrs.get(addr)
+        if ptr is None:
+            return
+        if pending:
+            stream = self._next_held
+            self._next_held -= 1
+            if self.record_use:
+                self.allocator.record_use(ptr, stream)
+                del self.ptrs[addr]
+            else:
+                self.driver.hold(stream)
+                self.allocator.record_stream(ptr, stream)
+                self.held[addr] = stream
+            self.allocator.free(ptr)
+            return
+        del self.ptrs[addr]
+        self.allocator.free(ptr)
+
+    def _free_completed(self, addr: int) -> None:
+        stream = self.held.pop(addr, None)
+        if stream is not None:
+            self.driver.release(stream)
+            del self.ptrs[addr]
+        elif addr in self.ptrs:  # its free was requested before the trace began
+            self.allocator.free(self.ptrs.pop(addr))
+
+    def setup(self) -> None:
+        """Make what was live before the trace began."""
+        trace = self.trace
+        for addr, size, stream in trace.pre_allocs:
+            self._malloc(addr, size, stream)
+        fills = []
+        for addr, size, stream, small in trace.pre_segments:
+            if self.driver.is_live(addr):
+                continue  # a live allocation made it already
+            if small:
+                fills += [self.allocator.malloc(_MB, stream), self.allocator.malloc(_MB, stream)]
+            else:
+                fills.append(self.allocator.malloc(size, stream))
+        for ptr in fills:
+            self.allocator.free(ptr)
+
+    def run(self) -> tuple[bool, int | None]:
+        entries = self.trace.entries
+        clears = self.trace.cache_clears
+        completes_later = _pending_frees(entries)
+        reserved_out, allocated_out = self.reserved, self.allocated
+        stats = self.allocator.stats
+        for i, e in enumerate(entries):
+            action = e["action"]
+            try:
+                if action == "alloc":
+                    self._malloc(e["addr"], e["size"], e["stream"])
+                elif action == "free_requested":
+                    self._free_requested(e["addr"], i in completes_later)
+                elif action == "free_completed":
+                    self._free_completed(e["addr"])
+                elif i in clears:
+                    self.allocator.empty_cache()
+            except OutOfMemoryError:
+                return True, i
+            if action in _REQUESTS:
+                reserved_out.append(stats.current(RESERVED_BYTES))
+                allocated_out.append(stats.current(ALLOCATED_BYTES))
+        return False, None
+
+
+def _pending_frees(entries: list[dict]) -> set[int]:
+    """Indices of free_requested events whose free_completed is not the next event."""
+    out = set()
+    for i, e in enumerate(entries):
+        if e["action"] != "free_requested":
+            continue
+        nxt = entries[i + 1] if i + 1 < len(entries) else None
+        if nxt is None or nxt["action"] != "free_completed" or nxt["addr"] != e["addr"]:
+            out.add(i)
+    return out
+
+
+def _replay_one(trace: _Trace, text: str, capacity: int | None, record_use: bool) -> _Run:
+    recorded = settings_to_config(trace.settings)
+    own, use = _split_config(text)
+    try:
+        config = parse_config(own, parse_config(recorded))
+    except ValueError as exc:
+        raise ValueError(f"config {text!r}: {exc}") from None
+    if capacity is None:  # big enough for any configuration of this trace
+        recorded_total = sum(size for _, size in trace.recorded_segments)
+        device = max(_DEFAULT_CAPACITY, 4 * recorded_total)
+    else:
+        device = capacity
+    use = use or record_use
+    replayer = _Replayer(trace, config, device, use)
+    replayer.setup()
+    oom, oom_at = replayer.run()
+    stats = replayer.allocator.stats
+    sizes = replayer.record.sizes
+    peak_allocated = stats.peak(ALLOCATED_BYTES)
+    at_peak = replayer.reserved_at_peak
+    use_text = "record_use:True" if use else ""
+    row = {
+        "config": text or "recorded",
+        "settings": ",".join(filter(None, [settings_to_config(config.settings()), use_text])),
+        "device_malloc": stats.num_device_alloc,
+        "device_free": stats.num_device_free,
+        "segment_sizes": sizes,
+        "peak_reserved": stats.peak(RESERVED_BYTES),
+        "peak_allocated": peak_allocated,
+        "reserved_at_peak": at_peak,
+        "ratio": round(at_peak / peak_allocated, 4) if peak_allocated else None,
+        "largest_free_at_peak": replayer.largest_free_at_peak,
+        "capacity": capacity,
+        "oom": oom,
+        "oom_at": oom_at,
+        "matches_recorded": sizes == trace.recorded_sizes,
+        "notes": list(trace.notes),
+    }
+    return _Run(row, replayer.reserved, replayer.allocated)
+
+
+def _runs(
+    trace: Any,
+    configs: list[str] | None,
+    capacity: int | None,
+    record_use: bool,
+    device: int | None,
+) -> list[_Run]:
+    snapshot = load_snapshot(trace)
+    parsed = _read_trace(snapshot, device)
+    if capacity is not None and capacity <= 0:
+        raise ValueError(f"capacity: must be positive, got {capacity}")
+    return [_replay_one(parsed, text, capacity, record_use) for text in (configs or [""])]
+
+
+def replay(
+    trace: dict | str | Path,
+    configs: list[str] | None = None,
+    capacity: int | None = None,
+    record_use: bool = False,
+    device: int | None = None,
+) -> list[dict]:
+    """Replay a snapshot's device trace once per configuration; one result dict each.
+
+    ``configs`` are VRAM_ALLOC_CONF strings applied on top of the trace's recorded
+    settings ("" or None: the recorded settings alone). ``capacity`` (bytes) is the replay
+    device's memory; ``record_use`` replays pending frees with record_use. ``device``: the
+    trace's device index (the first with a trace if None).
+    """
+    return [run.row for run in _runs(trace, configs, capacity, record_use, device)]
+
+
+# ============================================================================= output
+def _fmt(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
+def _console() -> Any:
+    """A rich console; wide when the output is not a terminal, so no column is squeezed."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=160)
+
+
+def _table(rows: list[dict], title: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for name in (
+        "config",
+        "device mallocs",
+        "peak reserved",
+        "peak allocated",
+        "reserved at peak",
+        "reserved/allocated",
+        "largest free at peak",
+        "OOM",
+        "matches trace",
+    ):
+        if name == "config":
+            table.add_column(name, no_wrap=True)
+        else:
+            table.add_column(name, justify="right")
+    for row in rows:
+        oom = "-" if row["capacity"] is None else ("yes" if row["oom"] else "no")
+        table.add_row(
+            row["config"],
+            str(row["device_malloc"]),
+            _fmt(row["peak_reserved"]),
+            _fmt(row["peak_allocated"]),
+            _fmt(row["reserved_at_peak"]),
+            "-" if row["ratio"] is None else f"{row['ratio']:.3f}",
+            _fmt(row["largest_free_at_peak"]),
+            oom,
+            "yes" if row["matches_recorded"] else "no",
+        )
+    return table
+
+
+def _downsample(values: list[int], points: int) -> list[int]:
+    """At most ``points`` values, each the maximum of its stretch (peaks stay visible)."""
+    if len(values) <= points:
+        return list(values)
+    step = len(values) / points
+    return [
+        max(values[int(i * step) : max(int((i + 1) * step), int(i * step) + 1)])
+        for i in range(points)
+    ]
+
+
+def write_html(runs: list[_Run], path: str | Path, title: str = "vram replay") -> None:
+    """The configurations' reserved and allocated timelines side by side, in one HTML file."""
+    import html
+
+    top = max((max(r.reserved, default=0) for r in runs), default=0) or 1
+    width, height, pad, left = 420, 240, 30, 72  # pixels; left holds the byte labels
+    panels = []
+    for run in runs:
+        reserved = _downsample(run.reserved, width)
+        allocated = _downsample(run.allocated, width)
+        n = max(len(reserved) - 1, 1)
+
+        def line(values: list[int], n: int = n) -> str:
+            return " ".join(
+                f"{left + i * width / n:.1f},{pad + height - v * height / top:.1f}"
+                for i, v in enumerate(values)
+            )
+
+        row = run.row
+        ticks = "".join(
+            f'<text x="{left - 4}" y="{pad + height - f * height + 4:.1f}" text-anchor="end">'
+            f"{_fmt(int(top * f))}</text>"
+            f'<line x1="{left}" x2="{left + width}" y1="{pad + height - f * height:.1f}" '
+            f'y2="{pad + height - f * height:.1f}" class="grid"/>'
+            for f in (0, 0.25, 0.5, 0.75, 1)
+        )
+        panels.append(
+            f'<div class="panel"><h2>{html.escape(row["config"])}</h2>'
+            f'<svg width="{left + width + pad}" height="{height + 2 * pad}">{ticks}'
+            f'<polyline class="reserved" points="{line(reserved)}"/>'
+            f'<polyline class="allocated" points="{line(allocated)}"/>'
+            f'<text x="{left + width / 2}" y="{height + 2 * pad - 8}" text-anchor="middle">'
+            f"event ({len(run.reserved)} events)</text></svg>"
+            f"<p>device mallocs {row['device_malloc']} · peak reserved "
+            f"{_fmt(row['peak_reserved'])} · peak allocated {_fmt(row['peak_allocated'])}"
+            f"{' · OOM' if row['oom'] else ''}</p></div>"
+        )
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>
+body {{ font: 13px system-ui, sans-serif; margin: 16px; }}
+.panels {{ display: flex; flex-wrap: wrap; gap: 16px; }}
+.panel h2 {{ font-size: 14px; margin: 0; }}
+svg text {{ font-size: 10px; fill: #444; }}
+.grid {{ stroke: #ddd; }}
+.reserved {{ fill: none; stroke: #d62728; stroke-width: 1.2; }}
+.allocated {{ fill: none; stroke: #1f77b4; stroke-width: 1.2; }}
+</style></head><body><h1>{html.escape(title)}</h1>
+<p><span style="color:#d62728">reserved</span> and
+<span style="color:#1f77b4">allocated</span> bytes after each event of the trace</p>
+<div class="panels">{"".join(panels)}</div></body></html>
+"""
+    Path(path).write_text(page)
+
+
+# ================================================================================ CLI
+def main_replay(argv: list[str] | None = None) -> int:
+    """``vram replay TRACE [--config STR ...] [--capacity BYTES] [--json] [--html OUT]``."""
+    parser = argparse.ArgumentParser(
+        prog="vram replay",
+        description="Replay a PyTorch or vram memory trace through vram's allocator.",
+    )
+    parser.add_argument("trace", help="a snapshot pickle with a device trace")
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="STR",
+        help="a VRAM_ALLOC_CONF string applied on top of the recorded settings (repeatable)",
+    )
+    parser.add_argument("--capacity", metavar="BYTES", help="device memory, e.g. 40GiB")
+    parser.add_argument("--device", type=int, default=None, help="the trace's device index")
+    parser.add_argument(
+        "--record-use", action="store_true", help="replay pending frees with record_use"
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--html", metavar="OUT", help="write the timelines to an HTML file")
+    args = parser.parse_args(argv)
+    try:
+        capacity = None if args.capacity is None else parse_bytes(args.capacity, "--capacity")
+        configs = [""] + [c for c in args.config if c != ""]
+        runs = _runs(args.trace, configs, capacity, args.record_use, args.device)
+    except (OSError, ValueError) as exc:
+        print(f"vram replay: error: {exc}", file=sys.stderr)
+        return 2
+    rows = [run.row for run in runs]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        console = _console()
+        console.print(_table(rows, f"replay of {args.trace}"))
+        for note in rows[0]["notes"]:
+            console.print(f"note: {note}")
+    if args.html:
+        write_html(runs, args.html, f"vram replay: {Path(args.trace).name}")
+    return 0
