@@ -22,6 +22,15 @@ Policy (PyTorch's, exactly, unless a vram option says otherwise):
 - ``VRAM_NO_CACHING=1`` (read when an allocator is created): every request is a device
   allocation of its own, given back to the device at free; the stats are kept as usual.
 
+Note [Claims]: the cached path's common case is "split the front off a free block, use
+it, free it" (a temporary buffer, a workspace). Done literally, that is a split, two free
+list updates, a merge and two more on every pair. Instead, when a malloc would split free
+block B, the front is handed out as a *claim*: B stays in its free list, standing for
+"the claimed front plus the free rest", and the split is made for real (``_settle``) the
+moment anything else touches the allocator. Freeing the claimed block first undoes the
+claim, leaving exactly the state PyTorch's merge leaves: B free, same address, same size.
+Decisions and stats are PyTorch's either way; the stateful property test checks it.
+
 Locking: every public method takes ``_lock`` and never calls another public method. A
 finalizer may free memory on a thread that is already inside the allocator (the garbage
 collector runs anywhere); such a free is queued in ``_deferred`` and done when the outer
@@ -34,7 +43,8 @@ import os
 import threading
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .._device import Device, as_device
@@ -48,12 +58,15 @@ from ._stats import (
     ALLOCATED_BYTES,
     LARGE,
     OP_ALLOC,
+    OP_FREE,
     OP_FREE_COMPLETED,
     OP_FREE_REQUESTED,
+    OP_PAIR,
     RESERVED_BYTES,
     SEGMENT,
     SMALL,
     Stats,
+    log_code,
 )
 
 __all__ = ["DeviceCachingAllocator", "allocator_for", "allocate", "format_size"]
@@ -114,6 +127,7 @@ class DeviceCachingAllocator:
         self._allocated: dict[int, Block] = {}  # ptr -> allocated block
         self._pending: dict[int, deque] = {}  # stream -> deque of (event, block): record_stream
         self._pending_count = 0
+        self._claim: tuple | None = None  # (block, its free block, kind, split deltas)
         self._spare_events: list[int] = []
         self._expandable: list[ExpandableSegment] = []
         self._segments: dict[int, Any] = {}  # ptr of each device segment -> its frames/context
@@ -138,6 +152,8 @@ class DeviceCachingAllocator:
         lock.acquire()  # (not ``with``: this is the hot path, and ``with`` costs twice as much)
         self._depth += 1
         try:
+            if self._claim is not None:
+                self._settle()
             if self._pending_count:
                 self._process_events()
             block = self._malloc(size, stream)
@@ -171,6 +187,7 @@ class DeviceCachingAllocator:
     def record_stream(self, ptr: int, stream: int) -> None:
         """The allocation at ``ptr`` is used on ``stream`` (PyTorch's recordStream)."""
         with self._lock:
+            self._settle()
             block = self._block(ptr, "record_stream")
             if stream == block.stream:
                 return
@@ -182,6 +199,7 @@ class DeviceCachingAllocator:
     def record_use(self, ptr: int, stream: int) -> None:
         """The last use of ``ptr`` on ``stream`` is queued now (pytorch#181191's record_use)."""
         with self._lock:
+            self._settle()
             block = self._block(ptr, "record_use")
             if stream == block.stream:
                 return
@@ -236,13 +254,82 @@ class DeviceCachingAllocator:
             pool = self.small if size <= SMALL_SIZE else self.large
         if self.no_caching:
             return self._malloc_uncached(pool, size, orig_size, stream)
-        block = self._get_free_block(pool, size, stream)
+        block = self._get_free_block(pool, size, stream, take=False)
         if block is None:
             block = self._find_or_grow(pool, size, orig_size, stream)
+        elif self._claimable(block, pool, size):
+            return self._claim_front(block, pool, size, orig_size, stream)
+        else:
+            pool.remove(block)
         return self._alloc_found_block(block, pool, size, orig_size, stream)
 
-    def _get_free_block(self, pool: BlockPool, size: int, stream: int) -> Block | None:
-        """Best fit on ``stream``: the smallest free block that fits, lowest address first."""
+    def _claimable(self, block: Block, pool: BlockPool, size: int) -> bool:
+        """Can the front of free ``block`` be handed out as a claim (Note [Claims])?"""
+        if self._no_claims or block.use_events or block.expandable is not None:
+            return False
+        if self.recorder is not None:  # history and counters see every split and merge
+            return False
+        remaining = block.size - size
+        if pool.is_small:
+            return remaining >= MIN_BLOCK_SIZE
+        return size < self.config.max_split_size and remaining > SMALL_SIZE
+
+    def _claim_front(
+        self, free: Block, pool: BlockPool, size: int, orig_size: int, stream: int
+    ) -> Block:
+        """Hand out the front ``size`` bytes of ``free``, which stays in its free list."""
+        block = Block(free.ptr, size, stream, pool)
+        block.allocated = True
+        block.requested_size = orig_size
+        if free.prev is not None or free.next is not None:
+            split_blocks, split_bytes = 0, -size  # an inactive split block shrinks
+        else:
+            split_blocks, split_bytes = 1, free.size - size  # a new inactive split block
+        kind = SMALL if pool.is_small else LARGE
+        self._allocated[block.ptr] = block
+        entry = (log_code(OP_ALLOC, kind), size, orig_size, split_blocks, split_bytes)
+        self.stats.log.append(entry)
+        self._claim = (block, free, kind, entry)
+        return block
+
+    def _settle(self) -> None:
+        """Make the claim's split for real: the free block becomes the rest behind it."""
+        claim = self._claim
+        if claim is None:
+            return
+        self._claim = None
+        block, rest = claim[0], claim[1]
+        rest.pool.remove(rest)
+        block.prev = rest.prev
+        if block.prev is not None:
+            block.prev.next = block
+        block.next = rest
+        rest.prev = block
+        rest.ptr += block.size
+        rest.size -= block.size
+        rest.pool.insert(rest)
+
+    def _undo_claim(self) -> None:
+        """The claimed block is freed before anything else happened: drop the claim."""
+        block, _, kind, entry = self._claim  # type: ignore[misc]
+        self._claim = None
+        del self._allocated[block.ptr]
+        block.allocated = False
+        log = self.stats.log
+        if log and log[-1] is entry:  # still unapplied: log the alloc and free as one
+            log[-1] = (log_code(OP_PAIR, kind), *entry[1:])
+        else:
+            log.append(
+                (log_code(OP_FREE, kind), block.size, block.requested_size, -entry[3], -entry[4])
+            )
+
+    def _get_free_block(
+        self, pool: BlockPool, size: int, stream: int, take: bool = True
+    ) -> Block | None:
+        """Best fit on ``stream``: the smallest free block that fits, lowest address first.
+
+        ``take``: remove it from the free list (else the caller does, or claims it).
+        """
         config = self.config
         if self._gc_on:
             pool.get_free_blocks_call_count += 1
@@ -266,8 +353,9 @@ class DeviceCachingAllocator:
             return None  # do not hand an oversize block to a small request
         if size >= max_split and block.size >= size + config.max_non_split_rounding_size:
             return None  # nor a far larger oversize block to an oversize request
-        del free.keys[i]
-        del free.blocks[i]
+        if take:
+            del free.keys[i]
+            del free.blocks[i]
         return block
 
     def _find_or_grow(self, pool: BlockPool, size: int, orig_size: int, stream: int) -> Block:
@@ -430,7 +518,8 @@ class DeviceCachingAllocator:
         block.allocated = True
         block.requested_size = orig_size
         self._allocated[block.ptr] = block
-        self.stats.log.append((OP_ALLOC + kind, block.size, orig_size, split_blocks, split_bytes))
+        entry = (log_code(OP_ALLOC, kind), block.size, orig_size, split_blocks, split_bytes)
+        self.stats.log.append(entry)
         if block.size >= self.config.max_split_size:
             Stats.bump(self.stats.oversize_allocations, 1)
         if self.recorder is not None:
@@ -447,24 +536,31 @@ class DeviceCachingAllocator:
 
     # ================================================================ the steps of free
     def _free(self, ptr: int) -> None:
+        claim = self._claim
+        if claim is not None:
+            if claim[0].ptr == ptr:
+                self._undo_claim()
+                return
+            self._settle()
         block = self._allocated.pop(ptr, None)
         if block is None:
             raise ValueError(f"ptr: {ptr:#x} was not allocated by the caching allocator")
         block.allocated = False
-        kind = SMALL if block.pool.is_small else LARGE
-        self.stats.log.append((OP_FREE_REQUESTED + kind, block.size, 0, 0, 0))
         if self.recorder is not None:
             self._trace("free_requested", block.ptr, block.requested_size, block.stream)
         if block.size >= self.config.max_split_size:
             Stats.bump(self.stats.oversize_allocations, -1)
         if self.config.cross_stream_reuse and not self.no_caching:
             self._note_free_for_other_streams(block)
-        if self.no_caching:
-            self._free_uncached(block)
-        elif block.stream_uses:
-            self._insert_events(block)
+        if self.no_caching or block.stream_uses:
+            kind = SMALL if block.pool.is_small else LARGE
+            self.stats.log.append((log_code(OP_FREE_REQUESTED, kind), block.size, 0, 0, 0))
+            if self.no_caching:
+                self._free_uncached(block)
+            else:
+                self._insert_events(block)
         else:
-            self._free_block(block)
+            self._free_block(block, OP_FREE)  # requested and completed at once
 
     def _free_uncached(self, block: Block) -> None:
         """VRAM_NO_CACHING=1: wait for the streams that used the block (as cudaFree would),
@@ -482,8 +578,11 @@ class DeviceCachingAllocator:
             block.use_events = []
         block.use_events.append(self._use_event(block.stream))
 
-    def _free_block(self, block: Block) -> None:
-        """Return a block whose uses are over to its pool, merged with free neighbours."""
+    def _free_block(self, block: Block, op: int = OP_FREE_COMPLETED) -> None:
+        """Return a block whose uses are over to its pool, merged with free neighbours.
+
+        ``op`` is what the stats log: OP_FREE when the user's free happens now too.
+        """
         if self.recorder is not None:
             self._trace("free_completed", block.ptr, block.requested_size, block.stream)
             block.context = None
@@ -505,9 +604,8 @@ class DeviceCachingAllocator:
             split_bytes += block.size
         if block.expandable is not None:
             split_blocks = split_bytes = 0  # PyTorch leaves expandable blocks out of it
-        kind = SMALL if pool.is_small else LARGE
-        entry = (OP_FREE_COMPLETED + kind, original_size, block.requested_size)
-        self.stats.log.append((*entry, split_blocks, split_bytes))
+        entry = (log_code(op, SMALL if pool.is_small else LARGE), original_size)
+        self.stats.log.append((*entry, block.requested_size, split_blocks, split_bytes))
 
     def _try_merge(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
         """Absorb free neighbour ``src`` into ``dst``; the bytes absorbed (0 if it can't)."""
@@ -846,6 +944,7 @@ class DeviceCachingAllocator:
     def empty_cache(self) -> None:
         """Give every whole free segment back to the device (after pending frees finish)."""
         with self._lock:
+            self._settle()
             self._depth += 1
             try:
                 self._release_cached_blocks()
@@ -856,6 +955,7 @@ class DeviceCachingAllocator:
 
     def set_memory_fraction(self, fraction: float) -> None:
         with self._lock:
+            self._settle()
             self._set_fraction(fraction)
 
     def _set_fraction(self, fraction: float) -> None:
@@ -867,6 +967,7 @@ class DeviceCachingAllocator:
 
     def set_config(self, config: AllocatorConfig) -> None:
         with self._lock:
+            self._settle()
             self.config = config
             self._derive_flags()
 
@@ -876,6 +977,9 @@ class DeviceCachingAllocator:
         self._gc_on = bool(
             self.allowed_memory_maximum is not None and self.config.garbage_collection_threshold
         )
+        # claims skip the free-list updates that GC ages, cross-stream reuse's free events,
+        # and the device frees of VRAM_NO_CACHING rely on
+        self._no_claims = self._gc_on or self.config.cross_stream_reuse or self.no_caching
 
     def memory_stats(self) -> dict[str, int]:
         with self._lock:
@@ -890,13 +994,19 @@ class DeviceCachingAllocator:
         with self._lock:
             self.stats.reset_accumulated()
 
-    def locked(self) -> threading.RLock:
-        """The allocator's lock, for tools that read its state (snapshots, checks)."""
-        return self._lock
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the allocator's lock, with its state settled, to read it (snapshots, tools)."""
+        with self._lock:
+            if not self._depth:  # a finalizer inside an allocator call must not settle
+                self._settle()
+            yield
 
     def all_blocks(self) -> list[Block]:
         """Every mapped block of every segment (allocated, pending and free), by address."""
         with self._lock:
+            if not self._depth:
+                self._settle()
             seen: dict[int, Block] = {}
             pools = [self.small, self.large]
             for private in self.private_pools.values():

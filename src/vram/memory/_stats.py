@@ -6,13 +6,16 @@ increases) and freed (sum of decreases).
 
 Q: Why a log? A: malloc and free change seven stats in two pool kinds each; updating
 current, peak and the running sums for all of them took a third of the cached path's time.
-So malloc and free append one tuple to ``log`` instead, and ``flush()`` applies a batch
-with NumPy: cumulative sums give every intermediate value, so peaks stay exact. Readers
+So malloc and free append one tuple to ``log`` instead (a free one, an alloc freed at once
+one for both), and ``flush()`` applies a batch with NumPy: cumulative sums give every
+intermediate value, so peaks stay exact. Readers
 flush first; the log is flushed by itself every ``_FLUSH_AT`` entries. Segment stats change
 only on the slow path and are applied at once.
 """
 
 from __future__ import annotations
+
+from itertools import chain
 
 import numpy as np
 
@@ -23,7 +26,9 @@ __all__ = [
     "OP_ALLOC",
     "OP_FREE_REQUESTED",
     "OP_FREE_COMPLETED",
-    "OP_SPLIT",
+    "OP_FREE",
+    "OP_PAIR",
+    "log_code",
     "ALLOCATION",
     "SEGMENT",
     "ACTIVE",
@@ -65,22 +70,29 @@ _FIELDS = ("current", "peak", "allocated", "freed")
 SMALL = 4  # offset of the small-pool copy from the "all" copy
 LARGE = 8  # offset of the large-pool copy
 
-# Log entries: (op + pool kind, size, requested, inactive_split delta, inactive_split_bytes delta)
-OP_ALLOC = 0  # + SMALL or LARGE: a block of ``size`` handed out for ``requested`` bytes
+# Log entries: (op code, size, requested, inactive_split delta, inactive_split_bytes delta),
+# where the op code is ``op * 16 + kind`` (kind: SMALL or LARGE).
+OP_ALLOC = 0  # a block of ``size`` handed out for ``requested`` bytes
 OP_FREE_REQUESTED = 1  # the user freed it: allocation and allocated_bytes go down
 OP_FREE_COMPLETED = 2  # it is back in its pool: active, active_bytes, requested go down
-OP_SPLIT = 3  # only the inactive_split deltas
+OP_FREE = 3  # both at once (a free with no record_stream events to wait for)
+OP_PAIR = 4  # an alloc and, right after it, the free of the same block (Note [Claims])
 _FLUSH_AT = 16384  # log entries kept before they are applied
-# the stats the log feeds, and for each op the coefficient of (1, size, requested) per stat
+# the stats the log feeds; per op, which of (1, size, requested) each changes by, and the sign
 _LOGGED = (ALLOCATION, ALLOCATED_BYTES, ACTIVE, ACTIVE_BYTES, REQUESTED_BYTES)
 _COEF = np.array(
-    [  # rows: op; columns: stat in _LOGGED; value: which column of (1, size, requested), sign
+    [
         [(0, 1), (1, 1), (0, 1), (1, 1), (2, 1)],  # alloc
         [(0, -1), (1, -1), (0, 0), (1, 0), (2, 0)],  # free requested
         [(0, 0), (1, 0), (0, -1), (1, -1), (2, -1)],  # free completed
-        [(0, 0), (1, 0), (0, 0), (1, 0), (2, 0)],  # split only
+        [(0, -1), (1, -1), (0, -1), (1, -1), (2, -1)],  # free
     ]
 )
+
+
+def log_code(op: int, kind: int) -> int:
+    """The first field of a log entry."""
+    return op * 16 + kind
 
 
 class Stats:
@@ -145,13 +157,23 @@ class Stats:
         if not log:
             return
         self.log = []
-        entries = np.array(log, dtype=np.int64)
-        ops, pools = entries[:, 0] % 4, entries[:, 0] - entries[:, 0] % 4
-        values = np.stack([np.ones(len(entries), np.int64), entries[:, 1], entries[:, 2]], 1)
+        n = len(log)
+        entries = np.fromiter(chain.from_iterable(log), np.int64, 5 * n).reshape(n, 5)
+        ops, kinds = entries[:, 0] >> 4, entries[:, 0] & 15
+        pairs = ops == OP_PAIR
+        if pairs.any():  # a pair is an alloc row, then a free row undoing its split deltas
+            reps = np.where(pairs, 2, 1)
+            entries, ops, kinds = (np.repeat(a, reps, axis=0) for a in (entries, ops, kinds))
+            second = np.zeros(len(ops), bool)
+            second[(np.cumsum(reps) - 1)[pairs]] = True
+            ops[second] = OP_FREE
+            ops[ops == OP_PAIR] = OP_ALLOC
+            entries[second, 3:] *= -1
+        values = np.stack([np.ones(len(ops), np.int64), entries[:, 1], entries[:, 2]], 1)
         columns = [self._deltas(values, ops, k) for k in range(len(_LOGGED))]
         columns += [entries[:, 3], entries[:, 4]]
         stats = (*_LOGGED, INACTIVE_SPLIT, INACTIVE_SPLIT_BYTES)
-        small = pools == SMALL
+        small = kinds == SMALL
         for stat, deltas in zip(stats, columns, strict=True):
             self._apply(stat, deltas)
             self._apply(stat + SMALL, np.where(small, deltas, 0))

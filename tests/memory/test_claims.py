@@ -1,0 +1,94 @@
+"""Note [Claims]: handing out the front of a free block without touching the free lists
+must make exactly the decisions, and keep exactly the stats, of doing the split for real."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import vram
+from vram.memory import DeviceCachingAllocator, parse_config
+
+_SPAN = 1 << 40  # bytes between the address ranges of sim:0 and sim:1
+
+
+def _pair(text: str = "") -> tuple[DeviceCachingAllocator, DeviceCachingAllocator]:
+    """An allocator with claims on sim:0 and one without on sim:1: the two devices hand
+    out addresses the same way, so equal decisions give addresses exactly _SPAN apart."""
+    with_claims = DeviceCachingAllocator(vram.device("sim:0"), parse_config(text))
+    without = DeviceCachingAllocator(vram.device("sim:1"), parse_config(text))
+    without._no_claims = True
+    return with_claims, without
+
+
+@pytest.mark.parametrize("text", ["", "max_split_size_mb:40", "roundup_power2_divisions:4"])
+def test_claims_make_the_same_decisions_as_splitting(text):
+    """Random programs that often free what they just allocated (the claimed case) and
+    often do something else first (the settled case): pointers, stats and block layout
+    agree step by step with an allocator that always splits."""
+    rng = random.Random(7)
+    fast, slow = _pair(text)
+    streams = [
+        (vram.default_stream("sim:0").cuda_stream, vram.default_stream("sim:1").cuda_stream),
+        (vram.Stream("sim:0").cuda_stream, vram.Stream("sim:1").cuda_stream),
+    ]
+    live: list[tuple[int, int]] = []  # (fast ptr, slow ptr)
+    undone = []
+    undo = fast._undo_claim
+    fast._undo_claim = lambda: (undone.append(1), undo())[1]
+    for step in range(4000):
+        roll = rng.random()
+        if live and (roll < 0.45 or len(live) > 60):
+            i = len(live) - 1 if rng.random() < 0.6 else rng.randrange(len(live))
+            p, q = live.pop(i)
+            fast.free(p)
+            slow.free(q)
+        elif roll < 0.5 and live:
+            p, q = rng.choice(live)
+            s0, s1 = streams[1]
+            fast.record_stream(p, s0)
+            slow.record_stream(q, s1)
+        elif roll < 0.52:
+            fast.empty_cache()
+            slow.empty_cache()
+        else:
+            size = rng.choice([rng.randint(1, 1 << 20), rng.randint(1 << 20, 30 << 20)])
+            s0, s1 = rng.choice(streams)
+            p, q = fast.malloc(size, s0), slow.malloc(size, s1)
+            assert q - p == _SPAN, f"different blocks chosen at step {step}"
+            live.append((p, q))
+        if step % 25 == 0:
+            assert fast.memory_stats() == slow.memory_stats(), f"stats differ at step {step}"
+            assert _layout(fast, 0) == _layout(slow, _SPAN), f"layout differs at step {step}"
+    for p, q in live:
+        fast.free(p)
+        slow.free(q)
+    assert fast.memory_stats() == slow.memory_stats()
+    assert len(undone) > 200  # the claimed case was exercised, not only the settled one
+
+
+def _layout(allocator: DeviceCachingAllocator, offset: int) -> list[tuple]:
+    return [(b.ptr - offset, b.size, b.allocated) for b in allocator.all_blocks()]
+
+
+def test_a_claim_is_settled_before_anything_else_reads_the_pools(sim0):
+    allocator = DeviceCachingAllocator(sim0)
+    stream = vram.default_stream(sim0).cuda_stream
+    a = allocator.malloc(1000, stream)
+    allocator.free(a)
+    b = allocator.malloc(1000, stream)
+    assert b == a and allocator._claim is not None  # handed out as a claim
+    blocks = allocator.all_blocks()  # reading the blocks settles it
+    assert allocator._claim is None
+    assert [(x.ptr - a, x.size, x.allocated) for x in blocks] == [
+        (0, 1024, True),
+        (1024, (2 << 20) - 1024, False),
+    ]
+    c = allocator.malloc(1000, stream)
+    assert c == a + 1024
+    stats = allocator.memory_stats()
+    assert stats["allocation.all.current"] == 2
+    assert stats["inactive_split.all.current"] == 1
+    assert stats["allocation.all.allocated"] == 3 and stats["allocation.all.freed"] == 1
+    assert stats["allocated_bytes.all.peak"] == 2048
