@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 import vram
@@ -21,6 +23,7 @@ def _fresh_memory_state(monkeypatch):
         if device.type == "sim":
             del _caching._allocators[device]
     yield
+    gc.collect()  # tensors that died in reference cycles give their memory back now
     vram.sim.clear_faults()
     _config.set_default_config(None)
     sim = vram.sim.driver()

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -102,8 +103,9 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
     return tuple(np.broadcast_shapes(*(tuple(s) for s in shapes)))
 
 
-def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    """Row-major strides in elements."""
+@functools.lru_cache(maxsize=4096)
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides in elements (cached: the same shapes come back again and again)."""
     strides, step = [], 1
     for n in reversed(shape):
         strides.append(step)
@@ -113,6 +115,8 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
 
 def as_shape(size: Sequence[Any], argument: str = "size") -> tuple[int, ...]:
     """``(2, 3)``, ``[2, 3]`` or ``((2, 3),)`` -> (2, 3); errors name ``argument``."""
+    if len(size) == 1 and type(size[0]) is int and size[0] >= 0:  # the common case, cheaply
+        return (size[0],)
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = size[0]
     shape = []

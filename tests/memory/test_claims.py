@@ -66,6 +66,8 @@ def test_claims_make_the_same_decisions_as_splitting(text):
         slow.free(q)
     assert fast.memory_stats() == slow.memory_stats()
     assert len(undone) > 200  # the claimed case was exercised, not only the settled one
+    fast.empty_cache()
+    slow.empty_cache()
 
 
 def _layout(allocator: DeviceCachingAllocator, offset: int) -> list[tuple]:
@@ -92,3 +94,7 @@ def test_a_claim_is_settled_before_anything_else_reads_the_pools(sim0):
     assert stats["inactive_split.all.current"] == 1
     assert stats["allocation.all.allocated"] == 3 and stats["allocation.all.freed"] == 1
     assert stats["allocated_bytes.all.peak"] == 2048
+    allocator.free(b)
+    allocator.free(c)
+    allocator.empty_cache()
+    assert allocator.memory_stats()["reserved_bytes.all.current"] == 0

@@ -49,7 +49,9 @@ from typing import Any
 
 from .._device import Device, as_device
 from .._errors import OutOfMemoryError
+from .._streams import Stream, current_stream
 from ..driver import Driver
+from ._allocation import Allocation
 from ._blocks import KEY_SHIFT, Block, BlockPool
 from ._config import SIZE_MAX, AllocatorConfig, default_config
 from ._expandable import ExpandableSegment
@@ -1095,15 +1097,10 @@ def allocator_for(device: object = None) -> DeviceCachingAllocator:
     return allocator
 
 
-def allocate(nbytes: int, device: Device, stream=None):
+def allocate(nbytes: int, device: Device, stream: Stream | None = None) -> Allocation:
     """An Allocation of ``nbytes`` on ``device`` for ``stream`` (current stream if None)."""
-    from .._streams import current_stream
-    from ._allocation import Allocation
-
     if stream is None:
         stream = current_stream(device)
-    allocator = allocator_for(device)
-    if nbytes == 0:
-        return Allocation(0, 0, device, stream, allocator)
-    ptr = allocator.malloc(nbytes, stream.cuda_stream)
+    allocator = _allocators.get(device) or allocator_for(device)
+    ptr = allocator.malloc(nbytes, stream.cuda_stream) if nbytes else 0
     return Allocation(ptr, nbytes, device, stream, allocator)
