@@ -4,6 +4,8 @@ One run on one device times, at 512 B, 64 KiB, 4 MiB and 64 MiB:
 - vram: ``caching_allocator_alloc`` / ``caching_allocator_delete``, and ``vram.empty`` + del;
 - PyTorch: ``torch.cuda.caching_allocator_alloc`` / ``caching_allocator_delete``, and
   ``torch.empty`` + del;
+- both raw pairs again with one buffer kept live (allocate the next, free the previous),
+  which keeps vram off its claim fast path (Note [Claims]) and on split and merge;
 - CuPy: ``cupy.cuda.MemoryPool().malloc`` + del;
 - the CUDA driver's stream-ordered pool: ``cuMemAllocAsync`` / ``cuMemFreeAsync`` on a
   created stream (the device's default pool, release threshold at its maximum).
@@ -77,6 +79,30 @@ def _vram_raw(device: vram.Device) -> dict[int, Pair]:
     return {size: make(size) for size in SIZES}
 
 
+def _one_live(alloc: Callable[[int], int], delete: Callable[[int], None]) -> dict[int, Pair]:
+    """Pairs that keep one buffer live: allocate a new one, then free the previous one.
+
+    The freed block is never the one just allocated, so vram's claims (Note [Claims])
+    never apply: every pair takes the general split-and-merge path.
+    """
+
+    def make(size: int) -> Pair:
+        held = [alloc(size)]
+
+        def pair() -> None:
+            ptr = alloc(size)
+            delete(held[0])
+            held[0] = ptr
+
+        return pair
+
+    return {size: make(size) for size in SIZES}
+
+
+def _vram_raw_one_live(device: vram.Device) -> dict[int, Pair]:
+    return _one_live(vram.memory.caching_allocator_alloc, vram.memory.caching_allocator_delete)
+
+
 def _vram_empty(device: vram.Device) -> dict[int, Pair]:
     if not hasattr(vram, "empty"):
         raise _Skip("vram.empty is not in this build")
@@ -109,6 +135,11 @@ def _torch_raw(device: vram.Device) -> dict[int, Pair]:
         return lambda: delete(alloc(size))
 
     return {size: make(size) for size in SIZES}
+
+
+def _torch_raw_one_live(device: vram.Device) -> dict[int, Pair]:
+    torch = _torch(device)
+    return _one_live(torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete)
 
 
 def _torch_empty(device: vram.Device) -> dict[int, Pair]:
@@ -169,8 +200,10 @@ def _driver_pool(device: vram.Device) -> dict[int, Pair]:
 
 PEERS: tuple[tuple[str, Callable[[vram.Device], dict[int, Pair]]], ...] = (
     ("vram caching_allocator_alloc/delete", _vram_raw),
+    ("vram caching_allocator_alloc/delete, one live", _vram_raw_one_live),
     ("vram.empty + del", _vram_empty),
     ("torch.cuda.caching_allocator_alloc/delete", _torch_raw),
+    ("torch.cuda.caching_allocator_alloc/delete, one live", _torch_raw_one_live),
     ("torch.empty + del", _torch_empty),
     ("cupy MemoryPool.malloc + del", _cupy_pool),
     ("cuMemAllocAsync/cuMemFreeAsync", _driver_pool),
@@ -201,7 +234,7 @@ def run(device: vram.Device, pairs: int, repeats: int) -> tuple[list[dict], list
                     "pairs": pairs,
                 }
             )
-            print(f"{name:<44} {_label(size):>7}  {us:8.3f} us/pair", file=sys.stderr)
+            print(f"{name:<52} {_label(size):>7}  {us:8.3f} us/pair", file=sys.stderr)
     return rows, skipped
 
 
@@ -210,11 +243,11 @@ def table(rows: list[dict]) -> str:
     sizes = sorted({r["size"] for r in rows})
     impls = list(dict.fromkeys(r["impl"] for r in rows))
     cell = {(r["impl"], r["size"]): r["us_per_pair"] for r in rows}
-    lines = [f"{'us per alloc+free pair':<44}" + "".join(f"{_label(s):>10}" for s in sizes)]
+    lines = [f"{'us per alloc+free pair':<52}" + "".join(f"{_label(s):>10}" for s in sizes)]
     for impl in impls:
         values = (cell.get((impl, s)) for s in sizes)
         lines.append(
-            f"{impl:<44}" + "".join("         -" if v is None else f"{v:10.3f}" for v in values)
+            f"{impl:<52}" + "".join("         -" if v is None else f"{v:10.3f}" for v in values)
         )
     return "\n".join(lines)
 

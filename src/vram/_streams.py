@@ -218,7 +218,7 @@ def default_stream(device: object = None) -> Stream:
 def current_stream(device: object = None) -> Stream:
     """This thread's current stream on the device (its default stream until set)."""
     found = current_device_obj() if device is None else as_device(device)
-    s = _local.current.get(found)
+    s = _local.current.get(found) or _defaults.get(found)
     return s if s is not None else default_stream(found)
 
 
