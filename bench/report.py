@@ -46,8 +46,8 @@ def load_results(results: Path) -> list[dict]:
 def _cell(value: object) -> str:
     if value is None:
         return "-"
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, float):  # as the file holds it, to at most 4 significant digits
+        return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
     return str(value).replace("|", "\\|")
 
 
@@ -133,12 +133,8 @@ def replace_between(text: str, name: str, content: str) -> str:
 def update_readme(readme: Path, results_dir: Path) -> bool:
     """Rewrite the generated spots of ``readme``; True if it changed."""
     results = load_results(results_dir)
-    bench = [
-        r
-        for r in results
-        if not r["name"].startswith("replay") and str(r.get("device", "")).startswith("cuda")
-    ]
-    replay = [r for r in results if r["name"].startswith("replay")]
+    replay = [r for r in results if r["name"].startswith("replay") or r["name"] == "fragmentation"]
+    bench = [r for r in results if r not in replay and str(r.get("device", "")).startswith("cuda")]
     viewer = (
         f"![The memory viewer: active memory over time, and the segments at one moment]({VIEWER})"
         if (readme.parent / VIEWER).is_file()

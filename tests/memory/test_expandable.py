@@ -62,6 +62,20 @@ def test_large_requests_map_20_mib_pages(exp):
     caching_allocator_delete(big)
 
 
+def test_expandable_page_mb_sets_the_large_pool_page(sim0):
+    vram.memory.set_allocator_settings("expandable_segments:True,expandable_page_mb:2")
+    big = caching_allocator_alloc(3 * MiB)
+    assert vram.memory.memory_reserved() == 4 * MiB  # two 2 MiB pages, not one of 20
+    more = caching_allocator_alloc(30 * MiB)
+    assert more == big + 3 * MiB
+    assert vram.memory.memory_reserved() == 34 * MiB
+    assert stats()["num_device_alloc"] == 2  # one map call each, of 2 and 15 pages
+    caching_allocator_delete(big)
+    caching_allocator_delete(more)
+    vram.memory.empty_cache()
+    assert vram.memory.memory_reserved() == 0
+
+
 def test_one_reserved_range_per_stream_and_pool_allocations_are_contiguous(exp):
     first = caching_allocator_alloc(15 * MiB)
     second = caching_allocator_alloc(15 * MiB)  # 5 MiB left on page 1, 10 MiB on page 2

@@ -834,7 +834,7 @@ class DeviceCachingAllocator:
                 c = c.prev  # type: ignore[assignment]
             if has_room(c):
                 return c
-        page = SMALL_BUFFER if pool.is_small else LARGE_BUFFER
+        page = SMALL_BUFFER if pool.is_small else self.config.expandable_page_size
         total = self.driver.properties(self.index).total_memory
         segment = ExpandableSegment(self.driver, self.index, stream, total + total // 8, page)
         self._expandable.append(segment)

@@ -5,7 +5,9 @@ The string is PyTorch's: ``key:value`` pairs separated by commas, lists in brack
     VRAM_ALLOC_CONF="expandable_segments:True,roundup_power2_divisions:[256:1,>:4]"
 
 ``PYTORCH_CUDA_ALLOC_CONF`` is read when ``VRAM_ALLOC_CONF`` is unset. Keys vram adds:
-``cross_stream_reuse`` (take a free block of another stream before growing the pool).
+``cross_stream_reuse`` (take a free block of another stream before growing the pool) and
+``expandable_page_mb`` (the page size of the large pool's expandable segments; PyTorch's
+is 20, smaller pages leave less mapped but unused memory at the end of a segment).
 An unknown key or a bad value raises ValueError naming it.
 """
 
@@ -49,6 +51,7 @@ class AllocatorConfig:
     per_process_memory_fraction: float = 1.0
     backend: str = "native"
     cross_stream_reuse: bool = False  # vram's own
+    expandable_page_size: int = 20 * _MB  # vram's own: bytes per large-pool expandable page
     extra: dict = field(default_factory=dict, compare=False)
 
     def settings(self) -> dict:
@@ -66,6 +69,7 @@ class AllocatorConfig:
                 str(1 << i): d for i, d in enumerate(self.roundup_power2_divisions)
             },
             "cross_stream_reuse": self.cross_stream_reuse,
+            "expandable_page_size": self.expandable_page_size,
         }
 
 
@@ -185,6 +189,11 @@ def parse_config(text: str, base: AllocatorConfig | None = None) -> AllocatorCon
             "cross_stream_reuse",
         ):
             changes[key] = _bool(key, value)
+        elif key == "expandable_page_mb":
+            mb = _int(key, value)
+            if mb < 2 or mb % 2 or mb > 1024:
+                raise ValueError(f"{key}: must be an even number of MiB from 2 to 1024, got {mb}")
+            changes["expandable_page_size"] = mb * _MB
         elif key == "pinned_num_register_threads":
             threads = _int(key, value)
             if not _power_of_two(threads) or threads > 128:
