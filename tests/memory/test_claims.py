@@ -34,9 +34,11 @@ def test_claims_make_the_same_decisions_as_splitting(text):
         (vram.Stream("sim:0").cuda_stream, vram.Stream("sim:1").cuda_stream),
     ]
     live: list[tuple[int, int]] = []  # (fast ptr, slow ptr)
-    undone = []
-    undo = fast._undo_claim
+    undone, reclaimed = [], []
+    undo, reclaim = fast._undo_claim, fast._reclaim
     fast._undo_claim = lambda: (undone.append(1), undo())[1]
+    fast._reclaim = lambda claim: (reclaimed.append(1), reclaim(claim))[1]
+    size = 0
     for step in range(4000):
         roll = rng.random()
         if live and (roll < 0.45 or len(live) > 60):
@@ -53,7 +55,8 @@ def test_claims_make_the_same_decisions_as_splitting(text):
             fast.empty_cache()
             slow.empty_cache()
         else:
-            size = rng.choice([rng.randint(1, 1 << 20), rng.randint(1 << 20, 30 << 20)])
+            if rng.random() < 0.6 or not size:  # else the same request again
+                size = rng.choice([rng.randint(1, 1 << 20), rng.randint(1 << 20, 30 << 20)])
             s0, s1 = rng.choice(streams)
             p, q = fast.malloc(size, s0), slow.malloc(size, s1)
             assert q - p == _SPAN, f"different blocks chosen at step {step}"
@@ -66,6 +69,7 @@ def test_claims_make_the_same_decisions_as_splitting(text):
         slow.free(q)
     assert fast.memory_stats() == slow.memory_stats()
     assert len(undone) > 200  # the claimed case was exercised, not only the settled one
+    assert len(reclaimed) > 20  # and the repeated request after an undone claim
     fast.empty_cache()
     slow.empty_cache()
 

@@ -129,7 +129,8 @@ class DeviceCachingAllocator:
         self._allocated: dict[int, Block] = {}  # ptr -> allocated block
         self._pending: dict[int, deque] = {}  # stream -> deque of (event, block): record_stream
         self._pending_count = 0
-        self._claim: tuple | None = None  # (block, its free block, kind, split deltas)
+        self._claim: tuple | None = None  # (block, its free block, kind, stats entry)
+        self._undone: tuple | None = None  # (size, stream, claim): the last claim, undone
         self._spare_events: list[int] = []
         self._expandable: list[ExpandableSegment] = []
         self._segments: dict[int, Any] = {}  # ptr of each device segment -> its frames/context
@@ -154,11 +155,19 @@ class DeviceCachingAllocator:
         lock.acquire()  # (not ``with``: this is the hot path, and ``with`` costs twice as much)
         self._depth += 1
         try:
-            if self._claim is not None:
+            undone = self._undone
+            if (
+                undone is not None
+                and undone[0] == size
+                and undone[1] == stream
+                and not self._pending_count  # (events may have completed since)
+            ):
+                block = self._reclaim(undone[2])
+            else:
                 self._settle()
-            if self._pending_count:
-                self._process_events()
-            block = self._malloc(size, stream)
+                if self._pending_count:
+                    self._process_events()
+                block = self._malloc(size, stream)
             if len(self.stats.log) >= _FLUSH_AT:
                 self.stats.flush()
         finally:
@@ -295,7 +304,12 @@ class DeviceCachingAllocator:
         return block
 
     def _settle(self) -> None:
-        """Make the claim's split for real: the free block becomes the rest behind it."""
+        """Make the claim's split for real: the free block becomes the rest behind it.
+
+        Anything but the free of the claimed block, or a repeat of the request it undid,
+        settles first: a claim only lives while nothing else happens.
+        """
+        self._undone = None
         claim = self._claim
         if claim is None:
             return
@@ -313,8 +327,11 @@ class DeviceCachingAllocator:
 
     def _undo_claim(self) -> None:
         """The claimed block is freed before anything else happened: drop the claim."""
-        block, _, kind, entry = self._claim  # type: ignore[misc]
+        claim = self._claim
+        block, _, kind, entry = claim  # type: ignore[misc]
         self._claim = None
+        if self.recorder is None and not self.private_pools:  # the same request may come back
+            self._undone = (block.requested_size, block.stream, claim)
         del self._allocated[block.ptr]
         block.allocated = False
         log = self.stats.log
@@ -324,6 +341,17 @@ class DeviceCachingAllocator:
             log.append(
                 (log_code(OP_FREE, kind), block.size, block.requested_size, -entry[3], -entry[4])
             )
+
+    def _reclaim(self, claim: tuple) -> Block:
+        """The request whose claim was just undone comes again, nothing else in between:
+        the same block is the best fit, so claim it again without searching."""
+        self._undone = None
+        self._claim = claim
+        block = claim[0]
+        block.allocated = True
+        self._allocated[block.ptr] = block
+        self.stats.log.append(claim[3])
+        return block
 
     def _get_free_block(
         self, pool: BlockPool, size: int, stream: int, take: bool = True
@@ -539,11 +567,10 @@ class DeviceCachingAllocator:
     # ================================================================ the steps of free
     def _free(self, ptr: int) -> None:
         claim = self._claim
-        if claim is not None:
-            if claim[0].ptr == ptr:
-                self._undo_claim()
-                return
-            self._settle()
+        if claim is not None and claim[0].ptr == ptr:
+            self._undo_claim()
+            return
+        self._settle()
         block = self._allocated.pop(ptr, None)
         if block is None:
             raise ValueError(f"ptr: {ptr:#x} was not allocated by the caching allocator")
