@@ -22,14 +22,15 @@ Policy (PyTorch's, exactly, unless a vram option says otherwise):
 - ``VRAM_NO_CACHING=1`` (read when an allocator is created): every request is a device
   allocation of its own, given back to the device at free; the stats are kept as usual.
 
-Note [Claims]: the cached path's common case is "split the front off a free block, use
-it, free it" (a temporary buffer, a workspace). Done literally, that is a split, two free
-list updates, a merge and two more on every pair. Instead, when a malloc would split free
-block B, the front is handed out as a *claim*: B stays in its free list, standing for
-"the claimed front plus the free rest", and the split is made for real (``_settle``) the
-moment anything else touches the allocator. Freeing the claimed block first undoes the
-claim, leaving exactly the state PyTorch's merge leaves: B free, same address, same size.
-Decisions and stats are PyTorch's either way; the stateful property test checks it.
+Note [Claims]: the cached path's common case is "take a free block (or split its front
+off), use it, free it" (a temporary buffer, a workspace). Done literally, that is a split,
+two free-list updates, a merge and two more on every pair. Instead, the block (or front)
+is handed out as a *claim*: free block B stays in its free list, standing for "the claimed
+part plus the free rest", and the allocator makes it real (``_settle``) the moment
+anything else touches it. Freeing the claimed block first undoes the claim, leaving
+exactly the state PyTorch's free leaves: B free, same address, same size; and the same
+request coming again right away takes the same block back without a search. Decisions and
+stats are PyTorch's either way (tests/memory/test_claims.py compares them step by step).
 
 Locking: every public method takes ``_lock`` and never calls another public method. A
 finalizer may free memory on a thread that is already inside the allocator (the garbage
@@ -268,43 +269,52 @@ class DeviceCachingAllocator:
         block = self._get_free_block(pool, size, stream, take=False)
         if block is None:
             block = self._find_or_grow(pool, size, orig_size, stream)
-        elif self._claimable(block, pool, size):
+        elif self._claimable(block):
             return self._claim_front(block, pool, size, orig_size, stream)
         else:
             pool.remove(block)
         return self._alloc_found_block(block, pool, size, orig_size, stream)
 
-    def _claimable(self, block: Block, pool: BlockPool, size: int) -> bool:
-        """Can the front of free ``block`` be handed out as a claim (Note [Claims])?"""
+    def _claimable(self, block: Block) -> bool:
+        """Can free ``block`` (or its front) be handed out as a claim (Note [Claims])?"""
         if self._no_claims or block.use_events or block.expandable is not None:
             return False
         if self.recorder is not None:  # history and counters see every split and merge
             return False
-        remaining = block.size - size
-        if pool.is_small:
-            return remaining >= MIN_BLOCK_SIZE
-        return size < self.config.max_split_size and remaining > SMALL_SIZE
+        return block.size < self.config.max_split_size  # oversize blocks keep their counters
 
     def _claim_front(
         self, free: Block, pool: BlockPool, size: int, orig_size: int, stream: int
     ) -> Block:
-        """Hand out the front ``size`` bytes of ``free``, which stays in its free list."""
-        block = Block(free.ptr, size, stream, pool)
+        """Hand out ``free``, or its front ``size`` bytes when PyTorch would split it,
+        while it stays in its free list."""
+        remaining = free.size - size
+        if pool.is_small or self.config.expandable_segments:
+            split = remaining >= MIN_BLOCK_SIZE
+        else:
+            split = remaining > SMALL_SIZE  # (and size < max_split_size: _claimable)
+        was_split = free.prev is not None or free.next is not None
+        if split:
+            block = Block(free.ptr, size, stream, pool)
+            if was_split:
+                split_blocks, split_bytes = 0, -size  # an inactive split block shrinks
+            else:
+                split_blocks, split_bytes = 1, remaining  # a new inactive split block
+        else:
+            block = free
+            split_blocks, split_bytes = (-1, -free.size) if was_split else (0, 0)
         block.allocated = True
         block.requested_size = orig_size
-        if free.prev is not None or free.next is not None:
-            split_blocks, split_bytes = 0, -size  # an inactive split block shrinks
-        else:
-            split_blocks, split_bytes = 1, free.size - size  # a new inactive split block
         kind = SMALL if pool.is_small else LARGE
         self._allocated[block.ptr] = block
-        entry = (log_code(OP_ALLOC, kind), size, orig_size, split_blocks, split_bytes)
+        entry = (log_code(OP_ALLOC, kind), block.size, orig_size, split_blocks, split_bytes)
         self.stats.log.append(entry)
         self._claim = (block, free, kind, entry)
         return block
 
     def _settle(self) -> None:
-        """Make the claim's split for real: the free block becomes the rest behind it.
+        """Make the claim real: take the free block out of its free list, and when the claim
+        is its front, split it there (the free block becomes the rest behind it).
 
         Anything but the free of the claimed block, or a repeat of the request it undid,
         settles first: a claim only lives while nothing else happens.
@@ -316,6 +326,8 @@ class DeviceCachingAllocator:
         self._claim = None
         block, rest = claim[0], claim[1]
         rest.pool.remove(rest)
+        if block is rest:
+            return
         block.prev = rest.prev
         if block.prev is not None:
             block.prev.next = block
