@@ -68,7 +68,7 @@ def caching_allocator_alloc(size: int, device: object = None, stream: object = N
         raise ValueError(f"size must be non-negative, got {size}")
     if device is None and stream is None:  # the common call: current device and stream
         found = current_device_obj()
-        handle = current_stream(found).cuda_stream
+        handle = current_stream().cuda_stream
     else:
         found = _device(device)
         handle = _stream_handle(stream, found)

@@ -112,6 +112,20 @@ class _UseEvent:
             pass
 
 
+class _Claim:
+    """A block handed out while its free block stays in the free list (Note [Claims])."""
+
+    __slots__ = ("block", "free", "size", "stream", "entry", "pair")
+
+    def __init__(self, block: Block, free: Block, size: int, stream: int, entry: tuple) -> None:
+        self.block = block
+        self.free = free  # the free block it was taken from (the block itself if not split)
+        self.size = size  # the request it answered, in bytes as asked
+        self.stream = stream
+        self.entry = entry  # its alloc entry in the stats log
+        self.pair = (entry[0] - log_code(OP_ALLOC, 0) + log_code(OP_PAIR, 0), *entry[1:])
+
+
 class DeviceCachingAllocator:
     """The caching allocator of one device (cuda:N or sim:N)."""
 
@@ -130,8 +144,8 @@ class DeviceCachingAllocator:
         self._allocated: dict[int, Block] = {}  # ptr -> allocated block
         self._pending: dict[int, deque] = {}  # stream -> deque of (event, block): record_stream
         self._pending_count = 0
-        self._claim: tuple | None = None  # (block, its free block, kind, stats entry)
-        self._undone: tuple | None = None  # (size, stream, claim): the last claim, undone
+        self._claim: _Claim | None = None  # the claim in force (Note [Claims])
+        self._undone: _Claim | None = None  # the last claim, undone, while it may come back
         self._spare_events: list[int] = []
         self._expandable: list[ExpandableSegment] = []
         self._segments: dict[int, Any] = {}  # ptr of each device segment -> its frames/context
@@ -159,11 +173,11 @@ class DeviceCachingAllocator:
             undone = self._undone
             if (
                 undone is not None
-                and undone[0] == size
-                and undone[1] == stream
+                and undone.size == size
+                and undone.stream == stream
                 and not self._pending_count  # (events may have completed since)
             ):
-                block = self._reclaim(undone[2])
+                block = self._reclaim(undone)
             else:
                 self._settle()
                 if self._pending_count:
@@ -309,7 +323,7 @@ class DeviceCachingAllocator:
         self._allocated[block.ptr] = block
         entry = (log_code(OP_ALLOC, kind), block.size, orig_size, split_blocks, split_bytes)
         self.stats.log.append(entry)
-        self._claim = (block, free, kind, entry)
+        self._claim = _Claim(block, free, orig_size, stream, entry)
         return block
 
     def _settle(self) -> None:
@@ -324,7 +338,7 @@ class DeviceCachingAllocator:
         if claim is None:
             return
         self._claim = None
-        block, rest = claim[0], claim[1]
+        block, rest = claim.block, claim.free
         rest.pool.remove(rest)
         if block is rest:
             return
@@ -340,29 +354,29 @@ class DeviceCachingAllocator:
     def _undo_claim(self) -> None:
         """The claimed block is freed before anything else happened: drop the claim."""
         claim = self._claim
-        block, _, kind, entry = claim  # type: ignore[misc]
         self._claim = None
         if self.recorder is None and not self.private_pools:  # the same request may come back
-            self._undone = (block.requested_size, block.stream, claim)
+            self._undone = claim
+        block = claim.block  # type: ignore[union-attr]
         del self._allocated[block.ptr]
         block.allocated = False
         log = self.stats.log
-        if log and log[-1] is entry:  # still unapplied: log the alloc and free as one
-            log[-1] = (log_code(OP_PAIR, kind), *entry[1:])
+        if log and log[-1] is claim.entry:  # type: ignore[union-attr]
+            log[-1] = claim.pair  # type: ignore[union-attr]  (the alloc and free as one)
         else:
-            log.append(
-                (log_code(OP_FREE, kind), block.size, block.requested_size, -entry[3], -entry[4])
-            )
+            code, size, requested, split_blocks, split_bytes = claim.entry  # type: ignore[union-attr]
+            free_code = code - log_code(OP_ALLOC, 0) + log_code(OP_FREE, 0)
+            log.append((free_code, size, requested, -split_blocks, -split_bytes))
 
-    def _reclaim(self, claim: tuple) -> Block:
+    def _reclaim(self, claim: _Claim) -> Block:
         """The request whose claim was just undone comes again, nothing else in between:
         the same block is the best fit, so claim it again without searching."""
         self._undone = None
         self._claim = claim
-        block = claim[0]
+        block = claim.block
         block.allocated = True
         self._allocated[block.ptr] = block
-        self.stats.log.append(claim[3])
+        self.stats.log.append(claim.entry)
         return block
 
     def _get_free_block(
@@ -579,7 +593,7 @@ class DeviceCachingAllocator:
     # ================================================================ the steps of free
     def _free(self, ptr: int) -> None:
         claim = self._claim
-        if claim is not None and claim[0].ptr == ptr:
+        if claim is not None and claim.block.ptr == ptr:
             self._undo_claim()
             return
         self._settle()
