@@ -10,10 +10,34 @@ from .._streams import Stream, as_stream
 if TYPE_CHECKING:
     from .._device import Device
 
-__all__ = ["Allocation"]
+__all__ = ["Allocation", "FreedWhenDropped"]
 
 
-class Allocation:
+class FreedWhenDropped:
+    """What Allocation and PinnedAllocation share: ``ptr`` goes back to ``_allocator``
+    (anything with ``free(ptr)``) by ``free()`` or when the object is dropped."""
+
+    __slots__ = ()
+    ptr: int
+    _allocator: object
+
+    def free(self) -> None:
+        """Give the memory back to the allocator now (idempotent)."""
+        ptr, self.ptr = self.ptr, 0
+        if ptr:
+            self._allocator.free(ptr)  # type: ignore[attr-defined]
+
+    def __del__(self) -> None:
+        ptr = self.ptr
+        if ptr:
+            self.ptr = 0
+            try:
+                self._allocator.free(ptr)  # type: ignore[attr-defined]
+            except Exception:  # finalizers never raise
+                pass
+
+
+class Allocation(FreedWhenDropped):
     """``size`` bytes of device memory at ``ptr`` on ``device``, from its caching allocator.
 
     Freed when the object is dropped (or by ``free()``); the allocator's stream rules, not
@@ -58,21 +82,6 @@ class Allocation:
             warnings.warn("record_use: null pointer ignored", RuntimeWarning, stacklevel=2)
             return
         self._allocator.record_use(self.ptr, stream.cuda_stream)
-
-    def free(self) -> None:
-        """Give the memory back to the allocator now (idempotent)."""
-        ptr, self.ptr = self.ptr, 0
-        if ptr:
-            self._allocator.free(ptr)
-
-    def __del__(self) -> None:
-        ptr = self.ptr
-        if ptr:
-            self.ptr = 0
-            try:
-                self._allocator.free(ptr)
-            except Exception:  # finalizers never raise
-                pass
 
     def __repr__(self) -> str:
         return f"<vram Allocation {self.size} B at {self.ptr:#x} on {self.device}>"

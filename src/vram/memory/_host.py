@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..driver import Driver, cuda_usable, get_driver
+from ._allocation import FreedWhenDropped
 
 if TYPE_CHECKING:
     from .._streams import Stream
@@ -330,7 +331,7 @@ def host_allocator() -> CachingHostAllocator:
     return _allocator
 
 
-class PinnedAllocation:
+class PinnedAllocation(FreedWhenDropped):
     """``size`` bytes of pinned host memory at ``ptr``; back to the cache when dropped.
 
     ``numpy()`` is a uint8 view of the bytes; it must not outlive the allocation.
@@ -353,21 +354,6 @@ class PinnedAllocation:
         """An async copy queued on ``stream`` uses this memory (call right after queuing)."""
         if self.ptr:
             self._allocator.record_event(self.ptr, stream)
-
-    def free(self) -> None:
-        """Give the memory back to the cache now (idempotent)."""
-        ptr, self.ptr = self.ptr, 0
-        if ptr:
-            self._allocator.free(ptr)
-
-    def __del__(self) -> None:
-        ptr = self.ptr
-        if ptr:
-            self.ptr = 0
-            try:
-                self._allocator.free(ptr)
-            except Exception:  # finalizers never raise
-                pass
 
     def __repr__(self) -> str:
         return f"<vram PinnedAllocation {self.size} B at {self.ptr:#x}>"
