@@ -50,13 +50,13 @@ class Device(NamedTuple):
     @property
     def driver(self) -> Driver:
         if self.type == "cpu":
-            raise ValueError("the cpu device has no driver")
+            raise ValueError("device: the cpu device has no driver (no streams or memory)")
         return get_driver(self.type)
 
     def __enter__(self) -> Device:
-        stack = _state.__dict__.setdefault("stack", [])
-        stack.append(current_device_obj())
-        set_device(self)
+        previous = current_device_obj()
+        set_device(self)  # first: a device that cannot be made current leaves no stack entry
+        _state.__dict__.setdefault("stack", []).append(previous)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -72,6 +72,10 @@ def device(spec: object = None, index: int | None = None) -> Device:
     if index is not None:
         if not isinstance(spec, str):
             raise TypeError(f"device: with index=, the type must be a string, got {spec!r}")
+        if type(index) is not int:
+            raise TypeError(f"index: expected an int, got {index!r}")
+        if index < 0:
+            raise ValueError(f"index: device index must be non-negative, got {index}")
         return as_device(f"{spec}:{index}")
     return as_device(spec)
 
@@ -91,9 +95,9 @@ def default_device() -> Device:
         forced = os.environ.get("VRAM_DEVICE", "").strip()
         if forced:
             found = _parse(forced, "VRAM_DEVICE")
-            _default = found if found.index is not None else Device(found.type, 0)
-            if _default.type == "cpu":
+            if found.type == "cpu":
                 raise ValueError("VRAM_DEVICE must name a 'cuda' or 'sim' device, not 'cpu'")
+            _default = as_device(Device(found.type, found.index or 0), "VRAM_DEVICE")
         else:
             _default = Device("cuda", 0) if cuda_usable() else Device("sim", 0)
     return _default
@@ -109,7 +113,7 @@ def _parse(text: str, argument: str) -> Device:
         return Device("cpu")
     if number == "":
         return Device(kind, None)
-    if not number.isdigit():
+    if not (number.isascii() and number.isdigit()):
         raise ValueError(f"{argument}: bad device index in {text!r}")
     return Device(kind, int(number))
 
@@ -126,6 +130,10 @@ def as_device(spec: object, argument: str = "device") -> Device:
         return spec  # type: ignore[return-value]
     if isinstance(spec, Device):
         found = spec
+        if found.type not in _TYPES:
+            raise ValueError(f"{argument}: unknown device type {found.type!r}")
+        if found.index is not None and (type(found.index) is not int or found.index < 0):
+            raise ValueError(f"{argument}: bad device index {found.index!r}")
     elif isinstance(spec, bool):
         raise TypeError(f"{argument}: expected a device, got {spec!r}")
     elif isinstance(spec, int):
@@ -168,6 +176,8 @@ def current_device() -> int:
 
 def set_device(spec: object) -> None:
     """Make a device current for this thread: an index of the current type, or a device."""
+    if spec is None:
+        raise TypeError("device: set_device needs a device or an index, got None")
     found = as_device(spec)
     if found.type == "cpu":
         raise ValueError("device: the cpu device cannot be made current")

@@ -37,7 +37,7 @@ class Stream:
         found = as_device(device)
         if found.type == "cpu":
             raise ValueError("device: streams live on cuda or sim devices, not cpu")
-        if not isinstance(priority, int):
+        if type(priority) is not int:
             raise TypeError(f"priority must be an int, got {priority!r}")
         driver = found.driver
         least, greatest = driver.stream_priority_range(found.index)  # type: ignore[arg-type]
@@ -223,8 +223,13 @@ def current_stream(device: object = None) -> Stream:
 
 
 def set_stream(s: Stream) -> None:
-    """Make ``s`` the current stream of its device for this thread."""
+    """Make ``s`` the current stream of its device, and that device current, for this thread.
+
+    As PyTorch's torch.cuda.set_stream, which also switches the current device.
+    """
     s = as_stream(s, "stream")
+    if current_device_obj() != s.device:
+        set_device(s.device)
     _local.current[s.device] = s
 
 

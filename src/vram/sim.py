@@ -71,9 +71,9 @@ def inject_malloc_failure(nth: int | None = None, above_bytes: int | None = None
     """
     if nth is None and above_bytes is None:
         raise ValueError("inject_malloc_failure: give nth= or above_bytes=")
-    if nth is not None and (not isinstance(nth, int) or nth < 1):
+    if nth is not None and (type(nth) is not int or nth < 1):
         raise ValueError(f"nth must be a positive int, got {nth!r}")
-    if above_bytes is not None and (not isinstance(above_bytes, int) or above_bytes < 0):
+    if above_bytes is not None and (type(above_bytes) is not int or above_bytes < 0):
         raise ValueError(f"above_bytes must be a non-negative int, got {above_bytes!r}")
     faults = driver().faults
     faults.calls = 0

@@ -28,6 +28,7 @@ import itertools
 import mmap
 import os
 import re
+import sys
 import threading
 import time
 from collections import deque
@@ -47,17 +48,19 @@ _VMM_GRANULARITY = 2 << 20  # bytes; the H100's minimum VMM page
 _VA_BASE = 0x7F00_0000_0000  # first simulated device address of device 0
 _VA_SPAN = 1 << 40  # bytes of virtual address space per simulated device
 _HOST_PAGE = mmap.PAGESIZE
+# Linux: take no swap reservation, so a mapping larger than host RAM succeeds (Python < 3.12
+# does not name the flag); pages are only committed when written
+_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
 
 
 def parse_bytes(text: str, argument: str = "VRAM_SIM_MEMORY") -> int:
     """'16GiB', '512MB', '1073741824' -> bytes; ValueError naming ``argument`` otherwise."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*", text, re.IGNORECASE)
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(?:([KMGT])I?)?B?\s*", text, re.IGNORECASE)
     if not match:
         raise ValueError(f"{argument}: cannot read {text!r} as a size in bytes")
     number, unit = match.groups()
-    scale = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    key = (unit or "").upper().replace("I", "").rstrip("B") or ""
-    size = int(float(number) * scale[key])
+    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    size = int(float(number) * scale[(unit or "").upper()])
     if size <= 0:
         raise ValueError(f"{argument}: size must be positive, got {text!r}")
     return size
@@ -90,7 +93,6 @@ class _DeviceMemory:
         self._starts: list[int] = []  # sorted starts of live ranges
         self._ranges: dict[int, _Range] = {}
         self.handles: dict[int, int] = {}  # vmm handle -> size
-        self.mapped_handles: dict[int, int] = {}  # vmm handle -> times mapped
 
     # address space: first fit over sorted free intervals, merged on release
     def take_va(self, size: int, alignment: int) -> int:
@@ -115,8 +117,11 @@ class _DeviceMemory:
             prev = self._free_va[i - 1]
             self._free_va[i - 1] = (prev[0], prev[1] + self._free_va.pop(i)[1])
 
-    def add_range(self, start: int, size: int, kind: str) -> None:
-        backing = _anonymous(size)
+    def add_range(self, start: int, size: int, kind: str, call: str) -> None:
+        try:
+            backing = _anonymous(size)
+        except OSError as exc:  # the host has no address space left
+            raise CudaError(call, "CUDA_ERROR_OUT_OF_MEMORY", str(exc)) from None
         buffer = np.frombuffer(backing, dtype=np.uint8)[:size]
         bisect.insort(self._starts, start)
         self._ranges[start] = _Range(start, size, buffer, backing, kind)
@@ -183,7 +188,10 @@ class SimDriver(Driver):
 
     def __init__(self, device_count: int | None = None, capacity: int | None = None) -> None:
         if device_count is None:
-            device_count = int(os.environ.get("VRAM_SIM_DEVICES", "2"))
+            text = os.environ.get("VRAM_SIM_DEVICES", "2")
+            if not text.strip().isdecimal():
+                raise ValueError(f"VRAM_SIM_DEVICES: expected a number of devices, got {text!r}")
+            device_count = int(text)
         if device_count < 1:
             raise ValueError(f"VRAM_SIM_DEVICES must be at least 1, got {device_count}")
         if capacity is None:
@@ -259,8 +267,15 @@ class SimDriver(Driver):
         with self._lock:
             mem = self._mem(device)
             self._charge(mem, size, "cuMemAlloc")
-            ptr = mem.take_va(size, _MALLOC_ALIGNMENT)
-            mem.add_range(ptr, size, "malloc")
+            ptr = None
+            try:
+                ptr = mem.take_va(size, _MALLOC_ALIGNMENT)
+                mem.add_range(ptr, size, "malloc", "cuMemAlloc")
+            except CudaError:  # out of address space: nothing stays charged or taken
+                mem.used -= size
+                if ptr is not None:
+                    mem.give_va(ptr, size)
+                raise
             return ptr
 
     def free(self, device: int, ptr: int) -> None:
@@ -289,7 +304,11 @@ class SimDriver(Driver):
         with self._lock:
             mem = self._mem(device)
             va = mem.take_va(size, _VMM_GRANULARITY)
-            mem.add_range(va, size, "reserve")
+            try:
+                mem.add_range(va, size, "reserve", "cuMemAddressReserve")
+            except CudaError:
+                mem.give_va(va, size)
+                raise
             return va
 
     def vmm_release(self, device: int, va: int, size: int) -> None:
@@ -324,6 +343,8 @@ class SimDriver(Driver):
             rng = mem.find(va)
             if rng is None or rng.kind != "reserve" or va + size > rng.start + rng.size:
                 raise CudaError("cuMemMap", "CUDA_ERROR_INVALID_VALUE", f"va {va:#x}")
+            if (va - rng.start) % _VMM_GRANULARITY:
+                raise CudaError("cuMemMap", "CUDA_ERROR_INVALID_VALUE", f"va {va:#x} not granular")
             if mem.handles.get(handle) != size:
                 raise CudaError("cuMemMap", "CUDA_ERROR_INVALID_VALUE", f"handle {handle}")
             offset = va - rng.start
@@ -339,10 +360,13 @@ class SimDriver(Driver):
             rng = mem.find(va)
             if rng is None or rng.kind != "reserve":
                 raise CudaError("cuMemUnmap", "CUDA_ERROR_INVALID_VALUE", f"va {va:#x}")
-            offset = va - rng.start
-            kept = [m for m in rng.mapped if not (offset <= m[0] and m[0] + m[1] <= offset + size)]
+            offset, end = va - rng.start, va - rng.start + size
+            kept = [m for m in rng.mapped if not (offset <= m[0] and m[0] + m[1] <= end)]
             if len(kept) == len(rng.mapped):
                 raise CudaError("cuMemUnmap", "CUDA_ERROR_INVALID_VALUE", f"va {va:#x}")
+            if any(o < end and offset < o + s for o, s, _ in kept):
+                # as cuMemUnmap: a mapping is unmapped whole, never in part
+                raise CudaError("cuMemUnmap", "CUDA_ERROR_INVALID_VALUE", "part of a mapping")
             rng.mapped = kept
             # the pages go back to the host; a later map sees zeros, like fresh memory
             rng.backing.madvise(mmap.MADV_DONTNEED, offset, size)
@@ -565,7 +589,7 @@ class SimDriver(Driver):
 def _anonymous(size: int) -> mmap.mmap:
     """Private anonymous memory of at least ``size`` bytes, committed only when written."""
     length = max(-(-size // _HOST_PAGE) * _HOST_PAGE, _HOST_PAGE)
-    return mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE)
 
 
 def _covered(mapped: list[tuple[int, int, int]], offset: int, nbytes: int) -> bool:
