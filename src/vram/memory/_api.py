@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 
-from .._device import Device, as_device, current_device_obj
+from .._device import Device, as_device
 from .._streams import Stream, current_stream
 from ._caching import DeviceCachingAllocator, _allocators, allocator_for
 from ._config import apply_settings, default_config, set_default_config
@@ -67,8 +67,8 @@ def caching_allocator_alloc(size: int, device: object = None, stream: object = N
     if size < 0:
         raise ValueError(f"size must be non-negative, got {size}")
     if device is None and stream is None:  # the common call: current device and stream
-        found = current_device_obj()
-        handle = current_stream().cuda_stream
+        current = current_stream()
+        found, handle = current.device, current.cuda_stream
     else:
         found = _device(device)
         handle = _stream_handle(stream, found)

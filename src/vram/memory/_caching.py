@@ -202,7 +202,11 @@ class DeviceCachingAllocator:
                 return
             self._depth = 1
             try:
-                self._free(ptr)
+                claim = self._claim
+                if claim is not None and claim.block.ptr == ptr:
+                    self._undo_claim()
+                else:
+                    self._free(ptr)
             finally:
                 self._depth = 0
                 if self._deferred:
