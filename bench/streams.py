@@ -12,10 +12,11 @@ what the variants compare, in one run:
   ``vram cross_stream_reuse`` (record_use with ``cross_stream_reuse:True``).
 
 Every variant allocates the same buffers on the same streams (the side stream's copy and
-the matmul outputs too). vram has no GEMM yet: its side-stream work is a "busy" NVRTC
-kernel on every SM, calibrated against PyTorch's four matmuls on this GPU (without PyTorch:
-DEFAULT_WORK_MS). Rows: peak reserved and peak allocated (MiB), ms per iteration
-(CUDA events around the timed loop, including the side stream's work).
+the matmul outputs too). vram has no GEMM yet: its variants run PyTorch's own matmuls, on
+vram's side stream and over vram's buffers, so the side work is the same; without PyTorch
+it is a "busy" NVRTC kernel on every SM for DEFAULT_WORK_MS. Rows: peak reserved and peak
+allocated (MiB), ms per iteration (CUDA events around the timed loop, including the side
+stream's work).
 
 ``--device sim:0`` runs the vram variants on the simulated GPU with few iterations, to
 check the script anywhere; its times and peaks say nothing about a GPU.
@@ -69,7 +70,7 @@ class Busy:
             self.grid = (vram.get_device_properties(device).multi_processor_count * 4, 1, 1)
             self.cycles = self._calibrate(ms)
 
-    def launch(self, stream: vram.Stream) -> None:
+    def launch(self, stream: vram.Stream, out: int = 0) -> None:
         if self.kernel is None:
             self.driver.enqueue(stream.cuda_stream, lambda: None)  # sim: a no-op kernel
             return
@@ -95,9 +96,45 @@ class Busy:
         return cycles
 
 
+class _DevicePointer:
+    """A raw device pointer offered to PyTorch as an N x N float32 matrix (zero copy)."""
+
+    def __init__(self, ptr: int) -> None:
+        self.__cuda_array_interface__ = {
+            "shape": (N, N),
+            "typestr": "<f4",
+            "data": (ptr, False),
+            "version": 3,
+            "strides": None,
+            "stream": None,  # ordering is the caller's: the work runs on vram's side stream
+        }
+
+
+class TorchMatmuls:
+    """The same side-stream work as PyTorch's variants: PyTorch's matmuls, queued on vram's
+    side stream (an ExternalStream) over vram's buffers, so that only the allocator differs."""
+
+    def __init__(self, torch, side: vram.Stream, a: int, b: int) -> None:
+        self.torch = torch
+        self.stream = torch.cuda.ExternalStream(side.cuda_stream)
+        self.a = torch.as_tensor(_DevicePointer(a), device="cuda")
+        self.b = torch.as_tensor(_DevicePointer(b), device="cuda")
+        with torch.cuda.stream(self.stream):
+            self.a.copy_(torch.randn(N, N, device="cuda"))
+            self.b.copy_(torch.randn(N, N, device="cuda"))
+
+    def launch(self, stream: vram.Stream, out: int) -> None:
+        torch = self.torch
+        with torch.cuda.stream(self.stream):
+            torch.mm(self.a, self.b, out=torch.as_tensor(_DevicePointer(out), device="cuda"))
+
+
 # ======================================================================= vram variants
-def vram_variant(device: vram.Device, busy: Busy, iters: int, mode: str) -> dict:
-    """One vram variant; ``mode`` is record_stream, record_use or cross_stream_reuse."""
+def vram_variant(device: vram.Device, busy: Busy | None, iters: int, mode: str) -> dict:
+    """One vram variant; ``mode`` is record_stream, record_use or cross_stream_reuse.
+
+    The side stream's unrelated work is PyTorch's matmuls where PyTorch is there (``busy``
+    None), else the calibrated busy kernel."""
     vram.memory.set_allocator_settings(
         f"cross_stream_reuse:{'True' if mode == 'cross_stream_reuse' else 'False'}"
     )
@@ -108,6 +145,13 @@ def vram_variant(device: vram.Device, busy: Busy, iters: int, mode: str) -> dict
     vram.memory.reset_peak_memory_stats(device)
     a = vram_alloc(BUFFER, device, side)  # the matmuls' inputs, as in PyTorch's variants
     b = vram_alloc(BUFFER, device, side)
+    if busy is None:
+        import torch
+
+        work = TorchMatmuls(torch, side, a, b)
+        vram.synchronize(device)
+    else:
+        work = busy
 
     def iteration(i: int) -> None:
         x = vram_alloc(BUFFER, device, producer)
@@ -122,7 +166,7 @@ def vram_variant(device: vram.Device, busy: Busy, iters: int, mode: str) -> dict
         previous = None
         for _ in range(MATMULS):
             out = vram_alloc(BUFFER, device, side)
-            busy.launch(side)
+            work.launch(side, out)
             if previous is not None:
                 vram_free(previous)
             previous = out
@@ -262,20 +306,24 @@ def run(device: vram.Device, iters: int) -> tuple[list[dict], list[str], float]:
     rows: list[dict] = []
     skipped: list[str] = []
     work_ms = DEFAULT_WORK_MS
+    with_torch = False
     if device.type == "cuda":
         try:
             torch_rows, work_ms = torch_variants(device.index, iters)  # type: ignore[arg-type]
             rows += torch_rows
+            with_torch = True
         except ImportError:
             skipped.append("pytorch: not installed (vram's busy kernel uses DEFAULT_WORK_MS)")
     else:
         skipped.append("pytorch: needs a GPU")
-    busy = Busy(device, work_ms / MATMULS)  # one launch stands in for one matmul
+    busy = None if with_torch else Busy(device, work_ms / MATMULS)  # a launch per matmul
     for mode in ("record_stream", "record_use", "cross_stream_reuse"):
         rows.append(vram_variant(device, busy, iters, mode))
     for row in rows:
-        if row["variant"].startswith("vram"):
+        if row["variant"].startswith("vram") and busy is not None:
             row["side_work"] = f"{MATMULS} busy kernels, {work_ms:.2f} ms in all"
+        elif row["variant"].startswith("vram"):
+            row["side_work"] = f"{MATMULS} PyTorch matmuls {N}x{N} fp32 on vram's side stream"
         else:
             row["side_work"] = f"{MATMULS} matmuls {N}x{N} fp32"
     return rows, skipped, work_ms
