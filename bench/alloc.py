@@ -10,12 +10,14 @@ One run on one device times, at 512 B, 64 KiB, 4 MiB and 64 MiB:
 - the CUDA driver's stream-ordered pool: ``cuMemAllocAsync`` / ``cuMemFreeAsync`` on a
   created stream (the device's default pool, release threshold at its maximum).
 
-Each timing warms up first (the first pair reaches the device; every later one is served
-from the cache), then times PAIRS pairs with perf_counter_ns, REPEATS times; the row is the
-median per pair. A peer that is not installed, or that needs a GPU on a ``sim`` run, is
-skipped with the reason. ``--device sim:0`` times vram alone, to check the script anywhere.
+Each pair function warms up first (the first pair reaches the device; every later one is
+served from the cache). Then REPEATS rounds each time PAIRS pairs of every peer at every
+size, in turn, with perf_counter_ns (interleaved, so that a busy moment of a shared machine
+does not fall on one peer only); the row is the median over the rounds. A peer that is not
+installed, or that needs a GPU on a ``sim`` run, is skipped with the reason.
+``--device sim:0`` times vram alone, to check the script anywhere.
 
-    python bench/alloc.py [--device cuda:0] [--pairs 20000] [--repeats 5] [--out DIR]
+    python bench/alloc.py [--device cuda:0] [--pairs 20000] [--repeats 7] [--out DIR]
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def _label(size: int) -> str:
 
 
 def _time_pairs(pair: Pair, pairs: int, repeats: int) -> list[float]:
-    """Microseconds per pair, one value per repeat."""
+    """Microseconds per pair, one value per repeat (after WARMUP pairs: warm caches)."""
     for _ in range(WARMUP):
         pair()
     runs = []
@@ -212,29 +214,39 @@ PEERS: tuple[tuple[str, Callable[[vram.Device], dict[int, Pair]]], ...] = (
 
 # ---------------------------------------------------------------------------- the run
 def run(device: vram.Device, pairs: int, repeats: int) -> tuple[list[dict], list[dict]]:
-    """Time every peer on ``device``: (rows, skipped)."""
-    rows, skipped = [], []
+    """Time every peer on ``device``: (rows, skipped).
+
+    The timed runs are interleaved: each of the ``repeats`` rounds times every peer at
+    every size once, so that a shared machine's slow moments fall on all peers alike.
+    """
+    timed: list[tuple[str, int, Pair]] = []
+    skipped = []
     for name, setup in PEERS:
         try:
-            timed = setup(device)
+            pairs_of = setup(device)
         except _Skip as why:
             skipped.append({"impl": name, "reason": str(why)})
             print(f"skip  {name}: {why}", file=sys.stderr)
             continue
-        for size, pair in timed.items():
-            runs = _time_pairs(pair, pairs, repeats)
-            us = statistics.median(runs)
-            rows.append(
-                {
-                    "impl": name,
-                    "size": size,
-                    "size_label": _label(size),
-                    "us_per_pair": round(us, 4),
-                    "runs_us": [round(r, 4) for r in runs],
-                    "pairs": pairs,
-                }
-            )
-            print(f"{name:<52} {_label(size):>7}  {us:8.3f} us/pair", file=sys.stderr)
+        timed += [(name, size, pair) for size, pair in pairs_of.items()]
+    runs: dict[tuple[str, int], list[float]] = {(n, s): [] for n, s, _ in timed}
+    for _ in range(repeats):
+        for name, size, pair in timed:
+            runs[name, size] += _time_pairs(pair, pairs, 1)
+    rows = []
+    for name, size, _ in timed:
+        us = statistics.median(runs[name, size])
+        rows.append(
+            {
+                "impl": name,
+                "size": size,
+                "size_label": _label(size),
+                "us_per_pair": round(us, 4),
+                "runs_us": [round(r, 4) for r in runs[name, size]],
+                "pairs": pairs,
+            }
+        )
+        print(f"{name:<52} {_label(size):>7}  {us:8.3f} us/pair", file=sys.stderr)
     return rows, skipped
 
 
@@ -256,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default=None, help="cuda:N or sim:N (default: the default)")
     parser.add_argument("--pairs", type=int, default=20_000, help="pairs per timed run")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per row")
+    parser.add_argument("--repeats", type=int, default=7, help="timed rounds")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     options = parser.parse_args(argv)
     device = vram.default_device() if options.device is None else vram.device(options.device)

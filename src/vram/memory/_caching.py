@@ -176,8 +176,13 @@ class DeviceCachingAllocator:
                 and undone.size == size
                 and undone.stream == stream
                 and not self._pending_count  # (events may have completed since)
-            ):
-                block = self._reclaim(undone)
+            ):  # the request whose claim was just undone, again: claim the same block
+                self._undone = None
+                self._claim = undone
+                block = undone.block
+                block.allocated = True
+                self._allocated[block.ptr] = block
+                self.stats.log.append(undone.entry)
             else:
                 self._settle()
                 if self._pending_count:
@@ -371,17 +376,6 @@ class DeviceCachingAllocator:
             code, size, requested, split_blocks, split_bytes = claim.entry  # type: ignore[union-attr]
             free_code = code - log_code(OP_ALLOC, 0) + log_code(OP_FREE, 0)
             log.append((free_code, size, requested, -split_blocks, -split_bytes))
-
-    def _reclaim(self, claim: _Claim) -> Block:
-        """The request whose claim was just undone comes again, nothing else in between:
-        the same block is the best fit, so claim it again without searching."""
-        self._undone = None
-        self._claim = claim
-        block = claim.block
-        block.allocated = True
-        self._allocated[block.ptr] = block
-        self.stats.log.append(claim.entry)
-        return block
 
     def _get_free_block(
         self, pool: BlockPool, size: int, stream: int, take: bool = True
