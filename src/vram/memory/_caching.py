@@ -168,26 +168,28 @@ class DeviceCachingAllocator:
         """Return a device pointer to at least ``size`` bytes usable on ``stream``."""
         lock = self._lock
         lock.acquire()  # (not ``with``: this is the hot path, and ``with`` costs twice as much)
+        undone = self._undone
+        if (
+            undone is not None
+            and undone.size == size
+            and undone.stream == stream
+            and not self._pending_count  # (events may have completed since)
+        ):  # the request whose claim was just undone, again: claim the same block
+            # (nothing here makes a Python object, so no finalizer can run in between)
+            self._undone = None
+            self._claim = undone
+            block = undone.block
+            block.allocated = True
+            self._allocated[block.ptr] = block
+            self.stats.log.append(undone.entry)
+            lock.release()
+            return block.ptr
         self._depth += 1
         try:
-            undone = self._undone
-            if (
-                undone is not None
-                and undone.size == size
-                and undone.stream == stream
-                and not self._pending_count  # (events may have completed since)
-            ):  # the request whose claim was just undone, again: claim the same block
-                self._undone = None
-                self._claim = undone
-                block = undone.block
-                block.allocated = True
-                self._allocated[block.ptr] = block
-                self.stats.log.append(undone.entry)
-            else:
-                self._settle()
-                if self._pending_count:
-                    self._process_events()
-                block = self._malloc(size, stream)
+            self._settle()
+            if self._pending_count:
+                self._process_events()
+            block = self._malloc(size, stream)
             if len(self.stats.log) >= _FLUSH_AT:
                 self.stats.flush()
         finally:
