@@ -87,7 +87,11 @@ def _flat(rows: list[dict]) -> str:
 
 def render_rows(rows: list[dict]) -> str:
     if rows and all({"impl", "size", "us_per_pair"} <= r.keys() for r in rows):
-        return _pivot(rows, "us_per_pair")
+        table = _pivot(rows, "us_per_pair")
+        if all(r.get("runs_us") for r in rows):  # and the fastest round of each
+            fastest = [{**r, "fastest_round_us": min(r["runs_us"])} for r in rows]
+            table += "\n\n" + _pivot(fastest, "fastest_round_us")
+        return table
     return _flat(rows)
 
 
