@@ -14,9 +14,27 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-__all__ = ["Block", "BlockPool", "FreeList", "KEY_SHIFT"]
+__all__ = [
+    "Block",
+    "BlockPool",
+    "FreeList",
+    "KEY_SHIFT",
+    "MIN_BLOCK_SIZE",
+    "SMALL_SIZE",
+    "SMALL_BUFFER",
+    "MIN_LARGE_ALLOC",
+    "LARGE_BUFFER",
+    "ROUND_LARGE",
+]
 
 KEY_SHIFT = 64  # a free-list key is (size << 64) | ptr: ordered by size, then address
+
+MIN_BLOCK_SIZE = 512  # bytes; every request is rounded up to a multiple of this
+SMALL_SIZE = 1 << 20  # bytes; requests up to this come from the small pool
+SMALL_BUFFER = 2 << 20  # bytes; the segment size (expandable: the page) of the small pool
+MIN_LARGE_ALLOC = 10 << 20  # bytes; large requests below this share a LARGE_BUFFER segment
+LARGE_BUFFER = 20 << 20  # bytes; the shared segment size of the large pool
+ROUND_LARGE = 2 << 20  # bytes; larger requests get a segment rounded up to this
 
 
 class Block:

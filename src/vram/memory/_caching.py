@@ -53,9 +53,20 @@ from .._errors import OutOfMemoryError
 from .._streams import Stream, current_stream
 from ..driver import Driver
 from ._allocation import Allocation
-from ._blocks import KEY_SHIFT, Block, BlockPool
+from ._blocks import (
+    KEY_SHIFT,
+    LARGE_BUFFER,
+    MIN_BLOCK_SIZE,
+    MIN_LARGE_ALLOC,
+    ROUND_LARGE,
+    SMALL_BUFFER,
+    SMALL_SIZE,
+    Block,
+    BlockPool,
+)
 from ._config import SIZE_MAX, AllocatorConfig, default_config
-from ._expandable import ExpandableSegment
+from ._expandable import ExpandableSegment, ExpandableSteps, best_expandable, skip_expandable
+from ._release import ReleaseSteps
 from ._stats import (
     _FLUSH_AT,
     ALLOCATED_BYTES,
@@ -74,12 +85,6 @@ from ._stats import (
 
 __all__ = ["DeviceCachingAllocator", "allocator_for", "allocate", "format_size"]
 
-MIN_BLOCK_SIZE = 512  # bytes; every request is rounded up to a multiple of this
-SMALL_SIZE = 1 << 20  # bytes; requests up to this come from the small pool
-SMALL_BUFFER = 2 << 20  # bytes; the segment size of the small pool
-MIN_LARGE_ALLOC = 10 << 20  # bytes; large requests below this share a LARGE_BUFFER segment
-LARGE_BUFFER = 20 << 20  # bytes; the shared segment size of the large pool
-ROUND_LARGE = 2 << 20  # bytes; larger requests get a segment rounded up to this
 _MB = 1 << 20
 _PRUNE_USE_EVENTS = 8  # a free block with more record_use events than this drops finished ones
 
@@ -126,7 +131,7 @@ class _Claim:
         self.pair = (entry[0] - log_code(OP_ALLOC, 0) + log_code(OP_PAIR, 0), *entry[1:])
 
 
-class DeviceCachingAllocator:
+class DeviceCachingAllocator(ReleaseSteps, ExpandableSteps):
     """The caching allocator of one device (cuda:N or sim:N)."""
 
     def __init__(
@@ -398,9 +403,9 @@ class DeviceCachingAllocator:
             return None
         if free.blocks[i].expandable is not None:
             if config.expandable_segments:
-                i = _best_expandable(free, i)
+                i = best_expandable(free, i)
             else:  # switched off since: only non-expandable blocks may serve
-                i = _skip_expandable(free, i)
+                i = skip_expandable(free, i)
                 if i == len(free.blocks):
                     return None
         block = free.blocks[i]
@@ -758,212 +763,6 @@ class DeviceCachingAllocator:
             raise ValueError(f"{what}: ptr {ptr:#x} is not a live allocation of {self.device}")
         return block
 
-    # ======================================================= releasing cached memory
-    def _release_block(self, block: Block) -> None:
-        """cudaFree a whole free segment."""
-        assert block.expandable is None and not block.is_split()
-        pool = block.pool
-        self.stats.num_device_free += 1
-        self._trace("segment_free", block.ptr, block.size, block.stream)
-        self._segments.pop(block.ptr, None)
-        self.driver.free(self.index, block.ptr)
-        self.total_allocated_memory -= block.size
-        if pool.owner is not None:
-            pool.owner.segment_count -= 1
-        kind = SMALL if pool.is_small else LARGE
-        self.stats.decrease(SEGMENT, kind, 1)
-        self.stats.decrease(RESERVED_BYTES, kind, block.size)
-        if block.size >= self.config.max_split_size:
-            Stats.bump(self.stats.oversize_segments, -1)
-        pool.remove(block)
-
-    def _release_blocks(self, pool: BlockPool) -> None:
-        """Free every whole free segment of the pool; unmap free expandable pages."""
-        to_unmap = []
-        for block in pool.all_free():
-            if block.expandable is not None:
-                to_unmap.append(block)
-            elif not block.is_split():
-                self._release_block(block)
-        for block in to_unmap:
-            self._unmap_block(block)
-            if not block.is_split():
-                self._release_expandable_segment(block)
-
-    def _release_cached_blocks(self) -> bool:
-        """Synchronize pending frees, then give every whole free segment back."""
-        self._synchronize_and_free_events()
-        self._release_blocks(self.large)
-        self._release_blocks(self.small)
-        for pool_id, private in list(self.private_pools.items()):
-            if private.freeable:
-                self._release_blocks(private.large)
-                self._release_blocks(private.small)
-                if private.segment_count == 0:
-                    del self.private_pools[pool_id]
-        return True
-
-    def _release_available_cached_blocks(self, pool: BlockPool, size: int, stream: int) -> bool:
-        """Release one oversize free block that covers the request, or several largest first.
-
-        Only whole segments can be released: PyTorch never meets a split or expandable block
-        here unless max_split_size changed since it was cut; vram passes over those.
-        """
-        max_split = self.config.max_split_size
-        if max_split == SIZE_MAX:
-            return False
-        free = pool.free.get(stream)
-        if free is None or not free.blocks:
-            return False
-        want = max(size, max_split)
-        i = free.lower_bound(want)
-        for block in free.blocks[i:]:
-            if _whole_segment(block):
-                self._release_block(block)
-                return True
-        released = 0
-        for block in reversed(free.blocks[:i]):
-            if released >= want or block.size < max_split:
-                break
-            if _whole_segment(block):
-                released += block.size
-                self._release_block(block)
-        return released >= want
-
-    def _garbage_collect_cached_blocks(self) -> None:
-        """Release the oldest whole free large segments once reserved passes the threshold:
-        in passes, every one at least as old as the mean, until the excess is reclaimed."""
-        threshold = int(self.config.garbage_collection_threshold * self.allowed_memory_maximum)
-        if self.total_allocated_memory <= threshold:
-            return
-        target = self.total_allocated_memory - threshold
-        pool = self.large
-        age = lambda b: pool.get_free_blocks_call_count - b.gc_count_base  # noqa: E731
-        freeable = [b for b in pool.all_free() if _whole_segment(b)]
-        total_age = sum(age(b) for b in freeable)
-        reclaimed = 0
-        count = len(freeable)
-        freed_one = True
-        while reclaimed < target and freed_one and count > 0:
-            threshold_age = total_age / count
-            freed_one = False
-            for block in pool.all_free():
-                if _whole_segment(block) and age(block) >= threshold_age:
-                    freed_one = True
-                    reclaimed += block.size
-                    total_age -= age(block)
-                    count -= 1
-                    self._release_block(block)
-
-    # ============================================================ expandable segments
-    def _try_allocate_expandable_block(
-        self, pool: BlockPool, size: int, stream: int
-    ) -> Block | None:
-        candidate = self._find_expandable_block(pool, size, stream)
-        if not candidate.mapped and not self._map_block(candidate, min(candidate.size, size)):
-            return None
-        while candidate.size < size:  # free -> unmapped -> ...: map more and merge
-            following = candidate.next
-            assert following is not None and not following.mapped
-            if not self._map_block(following, min(size - candidate.size, following.size)):
-                return None
-            candidate = following
-        pool.remove(candidate)
-        return candidate
-
-    def _find_expandable_block(self, pool: BlockPool, size: int, stream: int) -> Block:
-        def allocatable(b: Block | None) -> bool:
-            return b is not None and not b.allocated and not b.event_count and not b.stream_uses
-
-        def has_room(b: Block | None) -> bool:
-            room = 0
-            while room < size and allocatable(b):
-                room += b.size  # type: ignore[union-attr]
-                b = b.next  # type: ignore[union-attr]
-            return room >= size
-
-        for c in list(pool.unmapped.get(stream, ())):
-            if allocatable(c.prev):
-                c = c.prev  # type: ignore[assignment]
-            if has_room(c):
-                return c
-        page = SMALL_BUFFER if pool.is_small else self.config.expandable_page_size
-        total = self.driver.properties(self.index).total_memory
-        segment = ExpandableSegment(self.driver, self.index, stream, total + total // 8, page)
-        self._expandable.append(segment)
-        block = Block(segment.ptr, segment.size, stream, pool)
-        block.mapped = False
-        block.expandable = segment
-        pool.insert_unmapped(block)
-        return block
-
-    def _map_block(self, block: Block, size: int) -> bool:
-        start, length = block.expandable.map(block.ptr, size)
-        if length == 0:
-            return False
-        assert start == block.ptr and length >= size
-        pool = block.pool
-        pool.remove_unmapped(block)
-        block.mapped = True
-        if length < block.size:
-            rest = Block(block.ptr + length, block.size - length, block.stream, pool)
-            rest.mapped = False
-            rest.expandable = block.expandable
-            rest.prev, rest.next = block, block.next
-            if block.next is not None:
-                block.next.prev = rest
-            block.next = rest
-            pool.insert_unmapped(rest)
-            block.size = length
-        self._try_merge(block, block.prev, pool)
-        self._try_merge(block, block.next, pool)
-        pool.insert(block)
-        self.total_allocated_memory += length
-        self.stats.increase(RESERVED_BYTES, SMALL if pool.is_small else LARGE, length)
-        self.stats.num_device_alloc += 1
-        self._trace("segment_map", start, length, block.stream)
-        return True
-
-    def _unmap_block(self, block: Block) -> None:
-        start, length = block.expandable.unmap(block.ptr, block.size)
-        if length == 0:
-            return
-        pool = block.pool
-        pool.remove(block)
-        before = start - block.ptr
-        if before > 0:
-            head = Block(block.ptr, before, block.stream, pool)
-            head.expandable = block.expandable
-            head.prev, head.next = block.prev, block
-            if block.prev is not None:
-                block.prev.next = head
-            block.prev = head
-            pool.insert(head)
-        after = block.size - before - length
-        if after > 0:
-            tail = Block(start + length, after, block.stream, pool)
-            tail.expandable = block.expandable
-            tail.prev, tail.next = block, block.next
-            if block.next is not None:
-                block.next.prev = tail
-            block.next = tail
-            pool.insert(tail)
-        block.ptr, block.size, block.mapped = start, length, False
-        self._try_merge(block, block.prev, pool)
-        self._try_merge(block, block.next, pool)
-        pool.insert_unmapped(block)
-        self.total_allocated_memory -= length
-        self.stats.decrease(RESERVED_BYTES, SMALL if pool.is_small else LARGE, length)
-        self.stats.num_device_free += 1
-        self._trace("segment_unmap", start, length, block.stream)
-
-    def _release_expandable_segment(self, block: Block) -> None:
-        segment = block.expandable
-        assert block.ptr == segment.ptr and block.size == segment.size and not block.mapped
-        block.pool.remove_unmapped(block)
-        segment.release()
-        self._expandable.remove(segment)
-
     # ======================================================================= OOM
     def _raise_oom(self, pool: BlockPool, size: int, alloc_size: int, stream: int) -> None:
         free, total = self.driver.mem_get_info(self.index)
@@ -1075,36 +874,6 @@ class DeviceCachingAllocator:
                 for _, block in queue:
                     seen[id(block)] = block
             return sorted(seen.values(), key=lambda b: b.ptr)
-
-
-def _best_expandable(free, i: int) -> int:
-    """Among expandable candidates, prefer the one that can grow least (PyTorch's rule)."""
-
-    def expandable_size(b: Block) -> int:
-        nxt = b.next
-        return b.size + (nxt.size if nxt is not None and not nxt.mapped else 0)
-
-    blocks = free.blocks
-    while (
-        blocks[i].expandable is not None
-        and i + 1 < len(blocks)
-        and expandable_size(blocks[i + 1]) < expandable_size(blocks[i])
-    ):
-        i += 1
-    return i
-
-
-def _whole_segment(block: Block) -> bool:
-    """A free block that is a whole device allocation: release_block may cudaFree it."""
-    return block.expandable is None and block.prev is None and block.next is None
-
-
-def _skip_expandable(free, i: int) -> int:
-    """The index of the first non-expandable block at or after ``i`` (len if none)."""
-    blocks = free.blocks
-    while i < len(blocks) and blocks[i].expandable is not None:
-        i += 1
-    return i
 
 
 def _next_division(size: int, divisions: int) -> int:
