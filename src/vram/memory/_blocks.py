@@ -96,12 +96,6 @@ class FreeList:
         self.keys: list[int] = []  # sorted; keys[i] belongs to blocks[i]
         self.blocks: list[Block] = []
 
-    def insert(self, block: Block) -> None:
-        key = (block.size << KEY_SHIFT) | block.ptr
-        i = bisect.bisect_left(self.keys, key)
-        self.keys.insert(i, key)
-        self.blocks.insert(i, block)
-
     def remove(self, block: Block) -> None:
         i = bisect.bisect_left(self.keys, (block.size << KEY_SHIFT) | block.ptr)
         assert self.blocks[i] is block, "free list out of order"
@@ -128,13 +122,8 @@ class BlockPool:
         self.unmapped: dict[int, list[Block]] = {}  # stream -> unmapped blocks by address
         self.get_free_blocks_call_count = 0
 
-    def free_list(self, stream: int) -> FreeList:
-        found = self.free.get(stream)
-        if found is None:
-            found = self.free[stream] = FreeList()
-        return found
-
     def insert(self, block: Block) -> None:
+        """Add a free block to its stream's free list (kept in (size, address) order)."""
         block.gc_count_base = self.get_free_blocks_call_count
         found = self.free.get(block.stream)
         if found is None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 __all__ = [
     "AllocatorConfig",
@@ -52,7 +52,6 @@ class AllocatorConfig:
     backend: str = "native"
     cross_stream_reuse: bool = False  # vram's own
     expandable_page_size: int = 20 * _MB  # vram's own: bytes per large-pool expandable page
-    extra: dict = field(default_factory=dict, compare=False)
 
     def settings(self) -> dict:
         """The allocator_settings dict a snapshot carries (PyTorch's keys)."""

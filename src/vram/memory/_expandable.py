@@ -84,9 +84,6 @@ class ExpandableSegment:
         self.driver.vmm_release_handle(self.device, handle)
         self.handles[i] = None
 
-    def mapped_bytes(self) -> int:
-        return sum(self.page for h in self.handles if h is not None)
-
     def release(self) -> None:
         """Give the reservation back; every page must be unmapped already."""
         assert all(h is None for h in self.handles), "releasing a segment with mapped pages"
