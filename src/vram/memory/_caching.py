@@ -80,7 +80,6 @@ from ._stats import (
     SEGMENT,
     SMALL,
     Stats,
-    log_code,
 )
 
 __all__ = ["DeviceCachingAllocator", "allocator_for", "allocate", "format_size"]
@@ -128,7 +127,7 @@ class _Claim:
         self.size = size  # the request it answered, in bytes as asked
         self.stream = stream
         self.entry = entry  # its alloc entry in the stats log
-        self.pair = (entry[0] - log_code(OP_ALLOC, 0) + log_code(OP_PAIR, 0), *entry[1:])
+        self.pair: tuple | None = None  # the same entry as an alloc-and-free pair, once needed
 
 
 class DeviceCachingAllocator(ReleaseSteps, ExpandableSteps):
@@ -337,7 +336,7 @@ class DeviceCachingAllocator(ReleaseSteps, ExpandableSteps):
         block.requested_size = orig_size
         kind = SMALL if pool.is_small else LARGE
         self._allocated[block.ptr] = block
-        entry = (log_code(OP_ALLOC, kind), block.size, orig_size, split_blocks, split_bytes)
+        entry = (OP_ALLOC << 4 | kind, block.size, orig_size, split_blocks, split_bytes)
         self.stats.log.append(entry)
         self._claim = _Claim(block, free, orig_size, stream, entry)
         return block
@@ -377,12 +376,13 @@ class DeviceCachingAllocator(ReleaseSteps, ExpandableSteps):
         del self._allocated[block.ptr]
         block.allocated = False
         log = self.stats.log
+        code, size, requested, split_blocks, split_bytes = claim.entry  # type: ignore[union-attr]
         if log and log[-1] is claim.entry:  # type: ignore[union-attr]
+            if claim.pair is None:  # type: ignore[union-attr]
+                claim.pair = (OP_PAIR << 4 | code & 15, size, requested, split_blocks, split_bytes)  # type: ignore[union-attr]
             log[-1] = claim.pair  # type: ignore[union-attr]  (the alloc and free as one)
         else:
-            code, size, requested, split_blocks, split_bytes = claim.entry  # type: ignore[union-attr]
-            free_code = code - log_code(OP_ALLOC, 0) + log_code(OP_FREE, 0)
-            log.append((free_code, size, requested, -split_blocks, -split_bytes))
+            log.append((OP_FREE << 4 | code & 15, size, requested, -split_blocks, -split_bytes))
 
     def _get_free_block(
         self, pool: BlockPool, size: int, stream: int, take: bool = True
@@ -579,7 +579,7 @@ class DeviceCachingAllocator(ReleaseSteps, ExpandableSteps):
         block.allocated = True
         block.requested_size = orig_size
         self._allocated[block.ptr] = block
-        entry = (log_code(OP_ALLOC, kind), block.size, orig_size, split_blocks, split_bytes)
+        entry = (OP_ALLOC << 4 | kind, block.size, orig_size, split_blocks, split_bytes)
         self.stats.log.append(entry)
         if block.size >= self.config.max_split_size:
             Stats.bump(self.stats.oversize_allocations, 1)
@@ -614,7 +614,7 @@ class DeviceCachingAllocator(ReleaseSteps, ExpandableSteps):
             self._note_free_for_other_streams(block)
         if self.no_caching or block.stream_uses:
             kind = SMALL if block.pool.is_small else LARGE
-            self.stats.log.append((log_code(OP_FREE_REQUESTED, kind), block.size, 0, 0, 0))
+            self.stats.log.append((OP_FREE_REQUESTED << 4 | kind, block.size, 0, 0, 0))
             if self.no_caching:
                 self._free_uncached(block)
             else:
@@ -664,7 +664,7 @@ class DeviceCachingAllocator(ReleaseSteps, ExpandableSteps):
             split_bytes += block.size
         if block.expandable is not None:
             split_blocks = split_bytes = 0  # PyTorch leaves expandable blocks out of it
-        entry = (log_code(op, SMALL if pool.is_small else LARGE), original_size)
+        entry = (op << 4 | (SMALL if pool.is_small else LARGE), original_size)
         self.stats.log.append((*entry, block.requested_size, split_blocks, split_bytes))
 
     def _try_merge(self, dst: Block, src: Block | None, pool: BlockPool) -> int:

@@ -28,7 +28,6 @@ __all__ = [
     "OP_FREE_COMPLETED",
     "OP_FREE",
     "OP_PAIR",
-    "log_code",
     "ALLOCATION",
     "SEGMENT",
     "ACTIVE",
@@ -71,7 +70,7 @@ SMALL = 4  # offset of the small-pool copy from the "all" copy
 LARGE = 8  # offset of the large-pool copy
 
 # Log entries: (op code, size, requested, inactive_split delta, inactive_split_bytes delta),
-# where the op code is ``op * 16 + kind`` (kind: SMALL or LARGE).
+# where the op code is ``op << 4 | kind`` (kind: SMALL or LARGE).
 OP_ALLOC = 0  # a block of ``size`` handed out for ``requested`` bytes
 OP_FREE_REQUESTED = 1  # the user freed it: allocation and allocated_bytes go down
 OP_FREE_COMPLETED = 2  # it is back in its pool: active, active_bytes, requested go down
@@ -88,11 +87,6 @@ _COEF = np.array(
         [(0, -1), (1, -1), (0, -1), (1, -1), (2, -1)],  # free
     ]
 )
-
-
-def log_code(op: int, kind: int) -> int:
-    """The first field of a log entry."""
-    return op * 16 + kind
 
 
 class Stats:
