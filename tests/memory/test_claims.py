@@ -8,7 +8,7 @@ import random
 import pytest
 
 import vram
-from vram.memory import DeviceCachingAllocator, parse_config
+from vram.memory import DeviceCachingAllocator, _caching, parse_config
 
 _SPAN = 1 << 40  # bytes between the address ranges of sim:0 and sim:1
 
@@ -22,11 +22,15 @@ def _pair(text: str = "") -> tuple[DeviceCachingAllocator, DeviceCachingAllocato
     return with_claims, without
 
 
+@pytest.mark.parametrize("pausing", [False, True], ids=["always-claim", "adaptive"])
 @pytest.mark.parametrize("text", ["", "max_split_size_mb:40", "roundup_power2_divisions:4"])
-def test_claims_make_the_same_decisions_as_splitting(text):
+def test_claims_make_the_same_decisions_as_splitting(text, pausing, monkeypatch):
     """Random programs that often free what they just allocated (the claimed case) and
     often do something else first (the settled case): pointers, stats and block layout
-    agree step by step with an allocator that always splits."""
+    agree step by step with an allocator that always splits. ``always-claim`` turns off
+    the pause that claims take where they keep being settled, to exercise them most."""
+    if not pausing:
+        monkeypatch.setattr(_caching, "_CLAIMS_TRIED", 1 << 60)
     rng = random.Random(7)
     fast, slow = _pair(text)
     streams = [
@@ -75,8 +79,9 @@ def test_claims_make_the_same_decisions_as_splitting(text):
         fast.free(p)
         slow.free(q)
     assert fast.memory_stats() == slow.memory_stats()
-    assert len(undone) > 200  # the claimed case was exercised, not only the settled one
-    assert len(reclaimed) > 20  # and the repeated request after an undone claim
+    if not pausing:
+        assert len(undone) > 200  # the claimed case was exercised, not only the settled one
+        assert len(reclaimed) > 20  # and the repeated request after an undone claim
     fast.empty_cache()
     slow.empty_cache()
 
@@ -109,3 +114,19 @@ def test_a_claim_is_settled_before_anything_else_reads_the_pools(sim0):
     allocator.free(c)
     allocator.empty_cache()
     assert allocator.memory_stats()["reserved_bytes.all.current"] == 0
+
+
+def test_claims_pause_where_they_keep_being_settled(sim0):
+    allocator = DeviceCachingAllocator(sim0)
+    stream = vram.default_stream(sim0).cuda_stream
+    held = allocator.malloc(4096, stream)
+    for _ in range(_caching._CLAIMS_TRIED):  # allocate the next, free the previous
+        ptr = allocator.malloc(4096, stream)
+        allocator.free(held)
+        held = ptr
+    assert allocator._claims_paused  # the next mallocs split at once
+    ptr = allocator.malloc(4096, stream)
+    assert allocator._claim is None
+    allocator.free(held)
+    allocator.free(ptr)
+    allocator.empty_cache()

@@ -86,6 +86,8 @@ __all__ = ["DeviceCachingAllocator", "allocator_for", "allocate", "format_size"]
 
 _MB = 1 << 20
 _PRUNE_USE_EVENTS = 8  # a free block with more record_use events than this drops finished ones
+_CLAIMS_TRIED = 4  # claims settled in a row (none undone) before claims pause
+_CLAIMS_PAUSE = 64  # mallocs that then split at once
 
 
 def format_size(size: int) -> str:
@@ -150,6 +152,8 @@ class DeviceCachingAllocator(ReleaseSteps, ExpandableSteps):
         self._pending_count = 0
         self._claim: _Claim | None = None  # the claim in force (Note [Claims])
         self._undone: _Claim | None = None  # the last claim, undone, while it may come back
+        self._claims_settled = 0  # claims in a row that something else settled, not undone
+        self._claims_paused = 0  # mallocs left that split at once, without trying a claim
         self._spare_events: list[int] = []
         self._expandable: list[ExpandableSegment] = []
         self._segments: dict[int, Any] = {}  # ptr of each device segment -> its frames/context
@@ -305,7 +309,15 @@ class DeviceCachingAllocator(ReleaseSteps, ExpandableSteps):
         return self._alloc_found_block(block, pool, size, orig_size, stream)
 
     def _claimable(self, block: Block) -> bool:
-        """Can free ``block`` (or its front) be handed out as a claim (Note [Claims])?"""
+        """Can free ``block`` (or its front) be handed out as a claim (Note [Claims])?
+
+        Where claims keep being settled rather than undone (a program that frees in another
+        order), they only cost: after _CLAIMS_TRIED of them, the next _CLAIMS_PAUSE mallocs
+        split at once. Either way the decisions are the same.
+        """
+        if self._claims_paused:
+            self._claims_paused -= 1
+            return False
         if self._no_claims or block.use_events or block.expandable is not None:
             return False
         if self.recorder is not None:  # history and counters see every split and merge
@@ -353,6 +365,10 @@ class DeviceCachingAllocator(ReleaseSteps, ExpandableSteps):
         if claim is None:
             return
         self._claim = None
+        self._claims_settled += 1
+        if self._claims_settled >= _CLAIMS_TRIED:
+            self._claims_settled = 0
+            self._claims_paused = _CLAIMS_PAUSE
         block, rest = claim.block, claim.free
         rest.pool.remove(rest)
         if block is rest:
@@ -370,6 +386,7 @@ class DeviceCachingAllocator(ReleaseSteps, ExpandableSteps):
         """The claimed block is freed before anything else happened: drop the claim."""
         claim = self._claim
         self._claim = None
+        self._claims_settled = 0
         if self.recorder is None and not self.private_pools:  # the same request may come back
             self._undone = claim
         block = claim.block  # type: ignore[union-attr]
