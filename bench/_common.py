@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from pathlib import Path
 
 import vram
 
-__all__ = ["RESULTS", "device_name", "write_result"]
+__all__ = ["RESULTS", "device_name", "write_result", "write_results"]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -39,3 +40,12 @@ def write_result(name: str, device: object, rows: list[dict], out_dir: Path | No
     }
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path
+
+
+def write_results(name: str, device: object, rows: list[dict], out: Path | None) -> list[Path]:
+    """Write the result to bench/results/, and also to ``out`` (or $OUT, where set)."""
+    paths = [write_result(name, device, rows)]
+    extra = out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
+    if extra is not None:
+        paths.append(write_result(name, device, rows, out_dir=extra))
+    return paths

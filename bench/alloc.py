@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import statistics
 import sys
 import time
@@ -32,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import vram
-from _common import device_name, write_result
+from _common import device_name, write_results
 
 SIZES = (512, 64 << 10, 4 << 20, 64 << 20)  # bytes
 WARMUP = 200  # pairs before each timed run
@@ -274,11 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     device = vram.default_device() if options.device is None else vram.device(options.device)
     vram.set_device(device)
     rows, skipped = run(device, options.pairs, options.repeats)
-    results = [write_result("alloc", device, rows)]
-    extra = options.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
-    if extra is not None:
-        extra.mkdir(parents=True, exist_ok=True)
-        results.append(write_result("alloc", device, rows, out_dir=extra))
+    results = write_results("alloc", device, rows, options.out)
     print(f"\nalloc benchmark on {device} ({device_name(device)})")
     print(table(rows))
     for skip in skipped:

@@ -15,11 +15,10 @@ expandable segments is 1.05 or less.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from _common import write_result
+from _common import write_results
 from vram.tools.replay import replay
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
@@ -72,10 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no traces in {options.traces}", file=sys.stderr)
         return 1
     rows = run(traces)
-    paths = [write_result("fragmentation", "sim:0", rows)]
-    extra = options.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
-    if extra is not None:
-        paths.append(write_result("fragmentation", "sim:0", rows, out_dir=extra))
+    paths = write_results("fragmentation", "sim:0", rows, options.out)
     print("fragmentation: peak reserved / peak allocated, replayed on sim:0")
     print(table(rows))
     for path in paths:

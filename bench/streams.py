@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -37,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 import vram
-from _common import device_name, write_result
+from _common import device_name, write_results
 from vram.memory import caching_allocator_alloc as vram_alloc
 from vram.memory import caching_allocator_delete as vram_free
 
@@ -349,10 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     vram.set_device(device)
     iters = options.iters or (200 if device.type == "cuda" else 10)
     rows, skipped, work_ms = run(device, iters)
-    paths = [write_result("streams", device, rows)]
-    extra = options.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
-    if extra is not None:
-        paths.append(write_result("streams", device, rows, out_dir=extra))
+    paths = write_results("streams", device, rows, options.out)
     print(f"streams benchmark on {device} ({device_name(device)}), {iters} iterations")
     print(f"side-stream work: {MATMULS} matmuls, {work_ms:.2f} ms")
     print(table(rows))
