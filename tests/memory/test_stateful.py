@@ -33,7 +33,7 @@ from hypothesis.stateful import (
 import vram
 from vram.memory import _caching, parse_config
 from vram.memory._config import SIZE_MAX
-from vram.memory._stats import POOL_NAMES
+from vram.memory._stats import POOL_NAMES, STAT_NAMES
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -72,18 +72,7 @@ def streams() -> list[vram.Stream]:
 
 def expected_stats(allocator) -> dict[str, int]:
     """The current value of every memory_stats counter, recomputed from the blocks."""
-    names = (
-        "allocation",
-        "segment",
-        "active",
-        "inactive_split",
-        "allocated_bytes",
-        "reserved_bytes",
-        "active_bytes",
-        "inactive_split_bytes",
-        "requested_bytes",
-    )
-    out = {f"{n}.{p}.current": 0 for n in names for p in POOL_NAMES}
+    out = {f"{n}.{p}.current": 0 for n in STAT_NAMES for p in POOL_NAMES}
     max_split = allocator.config.max_split_size
     oversize_allocations = oversize_segments = 0
 

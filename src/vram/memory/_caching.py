@@ -84,7 +84,6 @@ from ._stats import (
 
 __all__ = ["DeviceCachingAllocator", "allocator_for", "allocate", "format_size"]
 
-_MB = 1 << 20
 _PRUNE_USE_EVENTS = 8  # a free block with more record_use events than this drops finished ones
 _CLAIMS_TRIED = 4  # claims settled in a row (none undone) before claims pause
 _CLAIMS_PAUSE = 64  # mallocs that then split at once
