@@ -2,7 +2,7 @@
 stream-aware caching allocator, on real NVIDIA GPUs (``cuda:N``) and a simulated GPU
 (``sim:N``) that runs everywhere."""
 
-from . import memory, ops, sim
+from . import memory, ops, sim  # importing ops fills the tensor layer's dispatch table
 from ._device import (
     Device,
     current_device,
@@ -36,8 +36,10 @@ from ._dtypes import (
     uint8,
 )
 from ._errors import CudaError, OutOfMemoryError
+from ._factories import *  # noqa: F403
+from ._interop import from_dlpack
 from ._streams import Event, Stream, current_stream, default_stream, set_stream, stream
-from ._tensor import *  # noqa: F403
+from ._tensor import Tensor
 from .memory import (
     MemPool,
     caching_allocator_alloc,

@@ -14,6 +14,7 @@ import numpy as np
 
 from ._device import Device, as_device
 from ._dtypes import as_dtype, bool_, complex64, dtype, float32, int64
+from ._interop import from_cuda_array_interface, from_dlpack
 from ._tensor import Storage, Tensor, _upload, as_shape, host_bytes
 
 __all__ = ["empty", "zeros", "ones", "full", "arange", "tensor", "from_numpy", "asarray"]
@@ -160,8 +161,6 @@ def asarray(obj: Any, *, dtype: Any = None, device: Any = None, copy: bool | Non
     ``vram.tensor`` (on the current device). ``copy=True`` always copies; ``copy=False``
     raises ValueError when a copy would be needed.
     """
-    from ._interop import from_cuda_array_interface, from_dlpack
-
     if isinstance(obj, Tensor):
         shared = obj
     elif hasattr(obj, "__cuda_array_interface__"):

@@ -47,7 +47,7 @@ from ._dtypes import (
 )
 from ._errors import CudaError
 from ._streams import current_stream
-from ._tensor import Storage, Tensor, contiguous_strides, host_bytes
+from ._tensor import Storage, Tensor, contiguous_strides, dispatch, host_bytes
 
 __all__ = ["from_dlpack", "to_dlpack", "dlpack_device", "cuda_array_interface"]
 
@@ -446,3 +446,9 @@ def from_cuda_array_interface(obj: Any) -> Tensor:
     if cai.get("version", 0) >= 3 and cai.get("stream") is not None:
         _wait_for_producer(device, int(cai["stream"]))
     return _wrap(device, int(cai["data"][0]), shape, strides, dt, obj)
+
+
+# Tensor.__dlpack__ and friends reach these through the tensor layer's dispatch table.
+dispatch.update(
+    to_dlpack=to_dlpack, dlpack_device=dlpack_device, cuda_array_interface=cuda_array_interface
+)

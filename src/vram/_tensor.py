@@ -8,8 +8,9 @@
 - Work runs on the current stream of the tensor's device. Copies between host and device
   use pageable NumPy memory, so they synchronize that stream before returning, as CUDA does
   for pageable memory; ``.numpy()`` of a device tensor therefore always sees finished work.
-- Arithmetic and copies dispatch to the ops in ``vram.ops`` (a layer above this one, imported
-  when first used).
+- Methods that run ops (arithmetic, copies, fill, ``@``, DLPack) look their function up in
+  ``dispatch``, a table that the layers above fill when they are imported (``vram.ops``,
+  ``vram.blas``, ``vram._interop``): this module imports nothing above it.
 """
 
 from __future__ import annotations
@@ -129,17 +130,21 @@ def as_shape(size: Sequence[Any], argument: str = "size") -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _ops() -> Any:
-    """vram.ops' elementwise functions (a layer above tensors, imported on first use)."""
-    from .ops import _elementwise
+class _Dispatch(dict):
+    """Op name -> the function that runs it, filled by the layers above (``dispatch[name] =
+    fn`` when they are imported). A missing name is an op that no imported layer provides."""
 
-    return _elementwise
+    def __missing__(self, name: str) -> Callable[..., Any]:
+        raise NotImplementedError(f"vram has no {name!r} operation for tensors (is vram imported?)")
+
+
+dispatch: dict[str, Callable[..., Any]] = _Dispatch()
 
 
 class Tensor:
     """A strided n-dimensional array on a cuda, sim or cpu device (PyTorch's torch.Tensor)."""
 
-    __slots__ = ("_storage", "_shape", "_stride", "_offset", "dtype", "__weakref__")
+    __slots__ = ("_storage", "_shape", "_stride", "_offset", "dtype", "grad", "__weakref__")
 
     __array_priority__ = 1000  # NumPy defers ``ndarray + tensor`` to the tensor
 
@@ -161,6 +166,7 @@ class Tensor:
         t._stride = stride
         t._offset = offset
         t.dtype = dt
+        t.grad = None  # set by the user (vram has no autograd); optimizers read it
         return t
 
     @classmethod
@@ -400,7 +406,7 @@ class Tensor:
         if not isinstance(src, Tensor):
             raise TypeError(f"src: expected a vram.Tensor, got {type(src).__name__}")
         if src.device == self.device:
-            _ops().copy(self, src)
+            dispatch["copy"](self, src)
         elif non_blocking and _async_copy(self, src):
             pass
         else:
@@ -450,7 +456,7 @@ class Tensor:
 
     def fill_(self, value: Any) -> Tensor:
         """Set every element to ``value``."""
-        _ops().fill(self, value)
+        dispatch["fill"](self, value)
         return self
 
     def zero_(self) -> Tensor:
@@ -458,57 +464,51 @@ class Tensor:
 
     # ---- arithmetic ------------------------------------------------------------------
     def add(self, other: Any) -> Tensor:
-        return _ops().binary("add", self, other)
+        return dispatch["binary"]("add", self, other)
 
     def sub(self, other: Any) -> Tensor:
-        return _ops().binary("sub", self, other)
+        return dispatch["binary"]("sub", self, other)
 
     def mul(self, other: Any) -> Tensor:
-        return _ops().binary("mul", self, other)
+        return dispatch["binary"]("mul", self, other)
 
     def div(self, other: Any) -> Tensor:
-        return _ops().binary("div", self, other)
+        return dispatch["binary"]("div", self, other)
 
     def add_(self, other: Any) -> Tensor:
-        return _ops().binary("add", self, other, out=self)
+        return dispatch["binary"]("add", self, other, out=self)
 
     def sub_(self, other: Any) -> Tensor:
-        return _ops().binary("sub", self, other, out=self)
+        return dispatch["binary"]("sub", self, other, out=self)
 
     def mul_(self, other: Any) -> Tensor:
-        return _ops().binary("mul", self, other, out=self)
+        return dispatch["binary"]("mul", self, other, out=self)
 
     def div_(self, other: Any) -> Tensor:
-        return _ops().binary("div", self, other, out=self)
+        return dispatch["binary"]("div", self, other, out=self)
 
     __add__, __sub__, __mul__, __truediv__ = add, sub, mul, div
     __iadd__, __isub__, __imul__, __itruediv__ = add_, sub_, mul_, div_
     __radd__, __rmul__ = add, mul
 
     def __rsub__(self, other: Any) -> Tensor:
-        return _ops().binary("sub", self, other, reverse=True)
+        return dispatch["binary"]("sub", self, other, reverse=True)
 
     def __rtruediv__(self, other: Any) -> Tensor:
-        return _ops().binary("div", self, other, reverse=True)
+        return dispatch["binary"]("div", self, other, reverse=True)
 
     # ---- interop ---------------------------------------------------------------------
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         """CUDA Array Interface v3 (cuda tensors only; AttributeError otherwise)."""
-        from ._interop import cuda_array_interface
-
-        return cuda_array_interface(self)
+        return dispatch["cuda_array_interface"](self)
 
     def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
         """A DLPack capsule sharing this tensor's memory (see vram._interop)."""
-        from ._interop import to_dlpack
-
-        return to_dlpack(self, stream, **kwargs)
+        return dispatch["to_dlpack"](self, stream, **kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        from ._interop import dlpack_device
-
-        return dlpack_device(self)
+        return dispatch["dlpack_device"](self)
 
     def __repr__(self) -> str:
         text = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
@@ -714,11 +714,3 @@ def _copy_across_devices(dst: Tensor, src: Tensor) -> None:
         _upload(target, src.numpy())
     if target is not dst:
         dst.copy_(target)
-
-
-# The factories and interop functions live in their own modules; vram re-exports them here.
-from ._factories import *  # noqa: E402,F403
-from ._factories import __all__ as _factory_names  # noqa: E402
-from ._interop import from_dlpack  # noqa: E402
-
-__all__ += [*_factory_names, "from_dlpack"]

@@ -31,7 +31,7 @@ from .._dtypes import (
     int64,
 )
 from .._streams import Stream
-from .._tensor import Tensor, broadcast_shapes
+from .._tensor import Tensor, broadcast_shapes, dispatch
 from . import _launch
 from ._registry import declare
 
@@ -339,3 +339,7 @@ def _check_supported(name: str, dt: dtype, a: Tensor, b: Any) -> None:
         _check_scalar(b, dt, "other", fits=False)
     if not _op(f"{name}.Tensor").supports(a.device.type, dt):
         raise TypeError(f"{name}: dtype {dt} is not supported on {a.device.type} devices")
+
+
+# Tensor methods reach these through the tensor layer's dispatch table.
+dispatch.update(binary=binary, fill=fill, copy=copy, cast=cast)
