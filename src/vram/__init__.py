@@ -2,7 +2,7 @@
 stream-aware caching allocator, on real NVIDIA GPUs (``cuda:N``) and a simulated GPU
 (``sim:N``) that runs everywhere."""
 
-from . import memory, ops, sim  # importing ops fills the tensor layer's dispatch table
+from . import backends, memory, ops, sim  # importing ops fills the tensor layer's dispatch table
 from ._device import (
     Device,
     current_device,
