@@ -110,6 +110,28 @@ class Driver(ABC):
     @abstractmethod
     def vmm_unmap(self, device: int, va: int, size: int) -> None: ...
 
+    @abstractmethod
+    def vmm_set_access(self, device: int, va: int, size: int, peers: tuple[int, ...]) -> None:
+        """cuMemSetAccess: make the mapped range ``[va, va + size)`` of ``device`` readable
+        and writable by ``device`` and by every device in ``peers`` (expandable segments
+        that peers use, after ``enable_peer_access``)."""
+
+    # ---- several devices -----------------------------------------------------------
+    @abstractmethod
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        """cuDeviceCanAccessPeer: can kernels on ``device`` access ``peer``'s memory."""
+
+    @abstractmethod
+    def enable_peer_access(self, device: int, peer: int) -> None:
+        """cuCtxEnablePeerAccess: let ``device`` access ``peer``'s memory (again: no-op)."""
+
+    @abstractmethod
+    def memcpy_peer(
+        self, dst: int, dst_device: int, src: int, src_device: int, nbytes: int, stream: int
+    ) -> None:
+        """cuMemcpyPeerAsync: copy between two devices' memory without a host round trip,
+        asynchronously on ``stream`` (a stream of either device)."""
+
     # ---- streams -------------------------------------------------------------------
     @abstractmethod
     def default_stream(self, device: int) -> int:

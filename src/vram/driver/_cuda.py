@@ -330,6 +330,40 @@ class CudaDriver(Driver):
         self._use(device)
         _check_teardown("cuMemUnmap", cu.cuMemUnmap(va, size))
 
+    def vmm_set_access(self, device: int, va: int, size: int, peers: tuple[int, ...]) -> None:
+        """Let ``device`` and every device in ``peers`` read and write the mapped range."""
+        descs = []
+        for index in (device, *peers):
+            access = cu.CUmemAccessDesc()
+            access.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+            access.location.id = index
+            access.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+            descs.append(access)
+        self._use(device)
+        _check("cuMemSetAccess", cu.cuMemSetAccess(va, size, descs, len(descs)))
+
+    # ---- several devices -----------------------------------------------------------
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        result = cu.cuDeviceCanAccessPeer(self._device(device), self._device(peer))
+        return bool(_check("cuDeviceCanAccessPeer", result))
+
+    def enable_peer_access(self, device: int, peer: int) -> None:
+        """Let kernels on ``device`` access ``peer``'s memory; enabling it again is a no-op."""
+        peer_context = self._context(peer)
+        self._use(device)
+        result = cu.cuCtxEnablePeerAccess(peer_context, 0)
+        if result[0] != cu.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
+            _check("cuCtxEnablePeerAccess", result)
+
+    def memcpy_peer(
+        self, dst: int, dst_device: int, src: int, src_device: int, nbytes: int, stream: int
+    ) -> None:
+        if nbytes:
+            dst_context, src_context = self._context(dst_device), self._context(src_device)
+            hstream = self._stream(stream)
+            result = cu.cuMemcpyPeerAsync(dst, dst_context, src, src_context, nbytes, hstream)
+            _check("cuMemcpyPeerAsync", result)
+
     # ---- streams -------------------------------------------------------------------
     def default_stream(self, device: int) -> int:
         """0: the legacy default stream (see the module docstring for which device's)."""

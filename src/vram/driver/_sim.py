@@ -80,6 +80,8 @@ class _Range:
     backing: mmap.mmap  # private anonymous mapping: host pages are taken when first written
     kind: str  # "malloc" or "reserve"
     mapped: list[tuple[int, int, int]] = field(default_factory=list)  # (offset, size, handle)
+    # reserve: offset of a mapping -> the devices that may access it (vmm_map: the owner)
+    access: dict[int, frozenset[int]] = field(default_factory=dict)
 
 
 class _DeviceMemory:
@@ -206,6 +208,7 @@ class SimDriver(Driver):
         self.faults = _Faults()
         self.deferred_depth = 0  # > 0 while inside vram.sim.deferred()
         self._errors: list[BaseException] = []  # failures of queued work, raised at sync
+        self._peer_access: set[tuple[int, int]] = set()  # (device, peer): device reads peer
 
     # ---- devices -------------------------------------------------------------------
     def device_count(self) -> int:
@@ -353,6 +356,7 @@ class SimDriver(Driver):
                     raise CudaError("cuMemMap", "CUDA_ERROR_ALREADY_MAPPED", f"va {va:#x}")
             rng.mapped.append((offset, size, handle))
             rng.mapped.sort()
+            rng.access[offset] = frozenset((device,))
 
     def vmm_unmap(self, device: int, va: int, size: int) -> None:
         with self._lock:
@@ -368,8 +372,59 @@ class SimDriver(Driver):
                 # as cuMemUnmap: a mapping is unmapped whole, never in part
                 raise CudaError("cuMemUnmap", "CUDA_ERROR_INVALID_VALUE", "part of a mapping")
             rng.mapped = kept
+            rng.access = {o: rng.access[o] for o, _, _ in kept}
             # the pages go back to the host; a later map sees zeros, like fresh memory
             rng.backing.madvise(mmap.MADV_DONTNEED, offset, size)
+
+    def vmm_set_access(self, device: int, va: int, size: int, peers: tuple[int, ...]) -> None:
+        """Let ``device`` and every device in ``peers`` read and write the mapped range."""
+        with self._lock:
+            mem = self._mem(device)
+            devices = frozenset((device, *(self._mem(p).index for p in peers)))
+            rng = mem.find(va)
+            offset = va - rng.start if rng is not None else 0
+            if rng is None or rng.kind != "reserve" or not _covered(rng.mapped, offset, size):
+                raise CudaError("cuMemSetAccess", "CUDA_ERROR_INVALID_VALUE", f"va {va:#x}")
+            for o, s, _ in rng.mapped:
+                if o < offset + size and offset < o + s:
+                    rng.access[o] = devices
+
+    def vmm_access(self, device: int, va: int) -> frozenset[int]:
+        """The devices that may access the mapping at ``va`` of ``device`` (sim only)."""
+        with self._lock:
+            rng = self._mem(device).find(va)
+            if rng is not None and rng.kind == "reserve":
+                for o, s, _ in rng.mapped:
+                    if o <= va - rng.start < o + s:
+                        return rng.access[o]
+        raise CudaError("vmm_access", "CUDA_ERROR_INVALID_VALUE", f"va {va:#x} is not mapped")
+
+    # ---- several devices -----------------------------------------------------------
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        """Every sim device can reach every other one (as GPUs on one NVLink switch)."""
+        self._mem(device)
+        self._mem(peer)
+        return device != peer
+
+    def enable_peer_access(self, device: int, peer: int) -> None:
+        self._mem(device)
+        self._mem(peer)
+        if device == peer:
+            raise CudaError("cuCtxEnablePeerAccess", "CUDA_ERROR_INVALID_DEVICE", "same device")
+        with self._lock:
+            self._peer_access.add((device, peer))
+
+    def memcpy_peer(
+        self, dst: int, dst_device: int, src: int, src_device: int, nbytes: int, stream: int
+    ) -> None:
+        if nbytes == 0:
+            return
+        for ptr, device in ((dst, dst_device), (src, src_device)):
+            if self._mem(device).find(ptr) is None:
+                raise CudaError(
+                    "cuMemcpyPeerAsync", "CUDA_ERROR_INVALID_VALUE", f"{ptr:#x} is not on {device}"
+                )
+        self.memcpy_dtod(dst, src, nbytes, stream)
 
     # ---- memory access for the sim kernels -------------------------------------------
     def view(self, ptr: int, nbytes: int) -> np.ndarray:
