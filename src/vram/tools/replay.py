@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
-import pickle
 import sys
 from collections import deque
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ from ..driver._sim import SimDriver, parse_bytes
 from ..memory._caching import DeviceCachingAllocator
 from ..memory._config import AllocatorConfig, parse_config
 from ..memory._stats import ALLOCATED_BYTES, RESERVED_BYTES
+from ._snapshot_file import load_snapshot
 
 __all__ = [
     "replay",
@@ -73,33 +73,6 @@ _RELEASES = ("segment_free", "segment_unmap")  # a run of these: cached memory g
 
 
 # ============================================================================ loading
-def load_snapshot(source: dict | str | Path) -> dict:
-    """A snapshot dict from a dict or a pickle file; ValueError if it is not a snapshot."""
-    if isinstance(source, dict):
-        snapshot = source
-        where = "the snapshot"
-    else:
-        path = Path(source)
-        where = str(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"{where}: no such file")
-        try:
-            with path.open("rb") as f:
-                snapshot = pickle.load(f)
-        except Exception as exc:  # any unpickling failure means "not a snapshot"
-            raise ValueError(f"{where}: not a memory snapshot pickle ({exc})") from None
-    if not isinstance(snapshot, dict) or not (
-        isinstance(snapshot.get("segments"), list)
-        or isinstance(snapshot.get("device_traces"), list)
-    ):
-        kind = type(snapshot).__name__
-        raise ValueError(
-            f"{where}: not a memory snapshot (expected a dict with 'segments' and "
-            f"'device_traces', got a {kind})"
-        )
-    return snapshot
-
-
 def settings_to_config(settings: dict | None) -> str:
     """A VRAM_ALLOC_CONF string that rebuilds a snapshot's ``allocator_settings`` dict."""
     if not settings:

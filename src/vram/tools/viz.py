@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import html
 import json
-import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ._snapshot_file import load_snapshot
 
 __all__ = ["load_snapshot", "write_html", "write_png"]
 
@@ -61,17 +62,6 @@ _BLOCK_ROUND = 512  # bytes: the allocator rounds every block up to this (kMinBl
 _SMALL_SEGMENT = 2 << 20  # bytes: small-pool segments are 2 MiB (kSmallBuffer)
 _MAX_POINTS = 3_000_000  # timeline breakpoints before small allocations are summarised
 _MAX_FRAMES = 64  # frames kept per stack, innermost first
-
-
-def load_snapshot(snapshot: dict | str | Path) -> dict:
-    """Return the snapshot dict, reading it from a pickle file when given a path."""
-    if isinstance(snapshot, dict):
-        return snapshot
-    with open(snapshot, "rb") as f:
-        data = pickle.load(f)
-    if not isinstance(data, dict) or "segments" not in data:
-        raise ValueError(f"{snapshot}: not a memory snapshot (a dict with 'segments')")
-    return data
 
 
 def write_html(
