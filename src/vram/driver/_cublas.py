@@ -44,6 +44,8 @@ __all__ = [
     "destroy_matmul_desc",
     "destroy_matrix_layout",
     "versions",
+    "getrf_batched",
+    "getrs_batched",
     "DATA_TYPES",
     "COMPUTE_TYPES",
     "EPILOGUES",
@@ -270,6 +272,53 @@ def gemm_strided_batched_ex(
         alpha, a, data_type, lda, stride_a, b, data_type, ldb, stride_b,
         beta, c, data_type, ldc, stride_c, batch, compute_type, GEMM_DEFAULT_TENSOR_OP,
     )  # fmt: skip
+
+
+# ---- batched LU (vram.linalg) ---------------------------------------------------------------
+
+_LU_PREFIX = {"float32": "S", "float64": "D", "complex64": "C", "complex128": "Z"}
+
+
+def getrf_batched(
+    handle: int, dtype: str, n: int, a_array: int, lda: int, pivots: int, info: int, batch: int
+) -> None:
+    """cublas<t>getrfBatched: P A = L U in place for ``batch`` n x n column-major matrices.
+
+    ``a_array`` is a device array of ``batch`` device pointers; ``pivots`` gets n int32 1-based
+    pivots per matrix, one after the other (0: no pivoting); ``info`` one int32 per matrix
+    (device memory). ``dtype``: "float32", "float64", "complex64" or "complex128".
+    """
+    prefix = _LU_PREFIX[dtype]
+    fn = getattr(_load()[0], f"{prefix.lower()}getrf_batched")
+    _call(f"cublas{prefix}getrfBatched", fn, handle, n, a_array, lda, pivots, info, batch)
+
+
+def getrs_batched(
+    handle: int,
+    dtype: str,
+    trans: int,
+    n: int,
+    nrhs: int,
+    a_array: int,
+    lda: int,
+    pivots: int,
+    b_array: int,
+    ldb: int,
+    batch: int,
+) -> None:
+    """cublas<t>getrsBatched: solve op(A) X = B in place of each B from getrfBatched's LU.
+
+    ``a_array`` / ``b_array`` are device arrays of device pointers, ``pivots`` n int32 per
+    matrix. cuBLAS checks the arguments into a host int; a bad one raises CudaError here.
+    """
+    prefix = _LU_PREFIX[dtype]
+    fn = getattr(_load()[0], f"{prefix.lower()}getrs_batched")
+    info = np.zeros(1, dtype=np.int32)
+    call = f"cublas{prefix}getrsBatched"
+    _call(call, fn, handle, trans, n, nrhs, a_array, lda, pivots, b_array, ldb,
+          info.ctypes.data, batch)  # fmt: skip
+    if info[0] != 0:
+        raise CudaError(call, "CUBLAS_STATUS_INVALID_VALUE", f"argument {-int(info[0])} is wrong")
 
 
 # ---- cuBLASLt ------------------------------------------------------------------------------
