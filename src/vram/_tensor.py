@@ -705,12 +705,34 @@ def _copy_across_devices(dst: Tensor, src: Tensor) -> None:
     elif dst.device.type == "cpu":
         _download(target.numpy(), src)
     elif src.device.type == dst.device.type:
-        current_stream(src.device).synchronize()
-        stream = current_stream(target.device)
-        driver = target.device.driver
-        driver.memcpy_dtod(target.data_ptr(), src.data_ptr(), target.nbytes, stream.cuda_stream)
-        stream.synchronize()
+        _copy_peer(target, src)
     else:  # between a sim and a cuda device: through the host
         _upload(target, src.numpy())
     if target is not dst:
         dst.copy_(target)
+
+
+def _copy_peer(dst: Tensor, src: Tensor) -> None:
+    """Copy contiguous ``src`` into ``dst`` on another device of the same kind, as PyTorch
+    does: the copy runs on the source device's current stream after the work queued so far
+    on both devices' current streams, and the destination's current stream waits for it.
+    No host round trip and no host synchronization (cuMemcpyPeerAsync).
+
+    Each step runs with its stream's device current: a default stream's handle (0 on CUDA)
+    means the current device's legacy stream."""
+    src_stream, dst_stream = current_stream(src.device), current_stream(dst.device)
+    driver = src.device.driver
+    dst_ready = dst_stream.record_event()
+    with src.device:
+        driver.stream_wait_event(src_stream.cuda_stream, dst_ready.cuda_event)
+        driver.memcpy_peer(
+            dst.data_ptr(),
+            dst.device.index,
+            src.data_ptr(),
+            src.device.index,
+            dst.nbytes,
+            src_stream.cuda_stream,
+        )
+        copied = src_stream.record_event()
+    with dst.device:
+        driver.stream_wait_event(dst_stream.cuda_stream, copied.cuda_event)

@@ -5,8 +5,18 @@ from __future__ import annotations
 import threading
 
 from ._base import DeviceProperties, Driver
+from ._comm import DTYPES as COLLECTIVE_DTYPES
+from ._comm import Communicator, communicator_type
 
-__all__ = ["Driver", "DeviceProperties", "get_driver", "cuda_usable"]
+__all__ = [
+    "Driver",
+    "DeviceProperties",
+    "get_driver",
+    "cuda_usable",
+    "Communicator",
+    "communicator_type",
+    "COLLECTIVE_DTYPES",
+]
 
 _drivers: dict[str, Driver] = {}
 _lock = threading.Lock()
