@@ -1,4 +1,4 @@
-"""Run by the launcher on every rank: each collective, op and dtype against NumPy.
+"""Run by the launcher on every rank (sim or GPUs): each collective, op and dtype against NumPy.
 
 Every rank can make every rank's input (seeded by rank), so each checks its own result
 exactly; any mismatch raises, and the launcher's exit code says so.
@@ -66,7 +66,8 @@ def main() -> None:
     dist.init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
     device = dist.default_group().device
-    assert device == vram.device("sim", rank), device
+    expected_type = "cuda" if dist.get_backend() == "nccl" else "sim"
+    assert device == vram.device(expected_type, rank), device  # one device per local rank
     n = 6
     for name in DTYPES:
         for op in [*OPS, dist.ReduceOp.AVG]:
