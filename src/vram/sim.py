@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ._device import Device, as_device
 from .driver import get_driver
-from .driver._sim import SimDriver
+from .driver._sim import SimDriver, check_capacity
 
 __all__ = [
     "deferred",
@@ -89,6 +90,15 @@ def clear_faults() -> None:
     faults.calls = 0
 
 
-def set_capacity(device: int, capacity: int) -> None:
-    """Set a sim device's memory capacity in bytes (what mem_get_info reports as total)."""
-    driver().set_capacity(device, capacity)
+def set_capacity(device: object, capacity: int) -> None:
+    """Set a sim device's memory capacity in bytes (what mem_get_info reports as total).
+
+    ``device``: a sim device (``"sim:1"``, ``vram.device("sim:1")``) or its index;
+    ``capacity``: an int from 1 byte to MAX_CAPACITY (the device's address space).
+    """
+    if isinstance(device, bool) or not isinstance(device, (int, str, Device)):
+        raise TypeError(f"device: expected a sim device or its index, got {device!r}")
+    found = as_device(Device("sim", device) if isinstance(device, int) else device, "device")
+    if found.type != "sim":
+        raise ValueError(f"device: set_capacity is for sim devices, got {found}")
+    driver().set_capacity(found.index, check_capacity(capacity, "capacity"))

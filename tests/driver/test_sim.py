@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 import vram
-from vram.driver._sim import SimDriver, parse_bytes
+from vram.driver._sim import MAX_CAPACITY, SimDriver, parse_bytes
 
 MiB = 1 << 20
 GiB = 1 << 30
 PAGE = 2 * MiB  # the sim's VMM granularity
+TIB = MAX_CAPACITY >> 40  # the most memory a sim device may have, in TiB
 
 
 @pytest.fixture
@@ -117,7 +120,7 @@ def test_set_capacity_keeps_what_is_held(sim):
     sim.set_capacity(0, 8 * MiB)
     assert sim.mem_get_info(0) == (0, 8 * MiB)
     assert error_name(lambda: sim.malloc(0, 512)) == "CUDA_ERROR_OUT_OF_MEMORY"
-    with pytest.raises(ValueError, match=r"^capacity must be positive, got 0"):
+    with pytest.raises(ValueError, match=rf"^capacity: expected 1 byte to {TIB} TiB, got 0 bytes"):
         sim.set_capacity(0, 0)
     assert error_name(lambda: sim.set_capacity(3, GiB)) == "CUDA_ERROR_INVALID_DEVICE"
 
@@ -126,6 +129,29 @@ def test_vram_sim_set_capacity_changes_the_process_simulator():
     vram.sim.set_capacity(1, 5 * GiB)
     assert vram.mem_get_info("sim:1")[1] == 5 * GiB
     assert vram.get_device_properties("sim:1").total_memory == 5 * GiB
+    vram.sim.set_capacity("sim:1", 6 * GiB)
+    vram.sim.set_capacity(vram.device("sim:0"), 7 * GiB)
+    assert vram.mem_get_info("sim:1")[1] == 6 * GiB and vram.mem_get_info("sim:0")[1] == 7 * GiB
+
+
+@pytest.mark.parametrize(
+    ("device", "capacity", "error", "message"),
+    [
+        ("sim:0", "x", TypeError, "capacity: expected an int number of bytes, got 'x'"),
+        ("sim:0", float("nan"), TypeError, "capacity: expected an int number of bytes, got nan"),
+        ("sim:0", 1.5, TypeError, "capacity: expected an int number of bytes, got 1.5"),
+        ("sim:0", True, TypeError, "capacity: expected an int number of bytes, got True"),
+        ("sim:0", -1, ValueError, f"capacity: expected 1 byte to {TIB} TiB, got -1 bytes"),
+        ("sim:0", MAX_CAPACITY + 1, ValueError, f"capacity: expected 1 byte to {TIB} TiB, got"),
+        (None, GiB, TypeError, "device: expected a sim device or its index, got None"),
+        ("sim:9", GiB, ValueError, "device: sim:9 does not exist"),
+        ("cpu", GiB, ValueError, "device: set_capacity is for sim devices, got cpu"),
+    ],
+)
+def test_vram_sim_set_capacity_names_a_bad_argument(device, capacity, error, message):
+    with pytest.raises(error, match=f"^{re.escape(message)}"):
+        vram.sim.set_capacity(device, capacity)
+    assert vram.mem_get_info("sim:0")[1] == 16 * GiB  # unchanged
 
 
 @pytest.mark.parametrize(
@@ -184,7 +210,12 @@ def test_environment_sets_capacity_and_device_count(monkeypatch):
     [
         ("VRAM_SIM_MEMORY", "huge", r"^VRAM_SIM_MEMORY: cannot read 'huge'"),
         ("VRAM_SIM_DEVICES", "two", r"^VRAM_SIM_DEVICES: expected a number of devices"),
-        ("VRAM_SIM_DEVICES", "0", r"^VRAM_SIM_DEVICES must be at least 1, got 0"),
+        ("VRAM_SIM_DEVICES", "0", r"^VRAM_SIM_DEVICES: expected 1 to 64 devices, got 0$"),
+        ("VRAM_SIM_DEVICES", "100000000", r"^VRAM_SIM_DEVICES: expected 1 to 64 devices, got 1"),
+        ("VRAM_SIM_DEVICES", "nan", r"^VRAM_SIM_DEVICES: expected a number of devices, got 'n"),
+        ("VRAM_SIM_MEMORY", "nan", r"^VRAM_SIM_MEMORY: cannot read 'nan'"),
+        ("VRAM_SIM_MEMORY", "inf", r"^VRAM_SIM_MEMORY: cannot read 'inf'"),
+        ("VRAM_SIM_MEMORY", f"{TIB + 1}TiB", rf"^VRAM_SIM_MEMORY: expected 1 byte to {TIB} TiB"),
     ],
 )
 def test_bad_environment(monkeypatch, name, value, message):

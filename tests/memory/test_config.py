@@ -43,7 +43,7 @@ def test_every_key():
     assert config.max_split_size == 64 * MiB
     assert config.max_non_split_rounding_size == 32 * MiB
     assert config.garbage_collection_threshold == 0.6
-    assert config.roundup_power2_divisions == (2,) * 8 + (8,) * 8
+    assert config.roundup_power2_divisions == (2,) * 9 + (8,) * 7
     assert config.expandable_segments
     assert config.release_lock_on_cudamalloc
     assert config.pinned_use_cuda_host_register
@@ -59,12 +59,12 @@ def test_every_key():
     ("text", "table"),
     [
         ("roundup_power2_divisions:4", (4,) * 16),
-        ("roundup_power2_divisions:[64:8,256:4,>:1]", (8,) * 7 + (0,) + (1,) * 8),
-        ("roundup_power2_divisions:[>:2]", (2,) * 16),
+        # ">" fills the intervals above the last one named, as PyTorch 2.11's parser does
+        ("roundup_power2_divisions:[64:8,256:4,>:1]", (8,) * 7 + (0, 4) + (1,) * 7),
+        ("roundup_power2_divisions:[>:2]", (0,) + (2,) * 15),
         ("roundup_power2_divisions:[1:4,2:8]", (4, 8) + (0,) * 14),
-        ("roundup_power2_divisions:[128:0,>:4]", (0,) * 7 + (4,) * 9),
+        ("roundup_power2_divisions:[128:0,>:4]", (0,) * 8 + (4,) * 8),
         ("roundup_power2_divisions:[65536:2]", (2,) * 16),  # beyond 64 GiB: the last entry
-        ("roundup_power2_divisions:[]", (0,) * 16),
     ],
 )
 def test_roundup_power2_divisions_tables(text, table):
@@ -96,6 +96,12 @@ def test_later_keys_win_and_spaces_are_ignored():
         ("roundup_power2_divisions:[64:3]", "roundup_power2_divisions"),
         ("roundup_power2_divisions:[48:4]", "roundup_power2_divisions"),
         ("roundup_power2_divisions:[64]", "roundup_power2_divisions"),
+        ("roundup_power2_divisions:[]", "roundup_power2_divisions: the list is empty"),
+        ("roundup_power2_divisions:[ , ]", "roundup_power2_divisions: the list is empty"),
+        ("roundup_power2_divisions:[>:4,64:8]", "roundup_power2_divisions: '>' must be the last"),
+        (f"max_split_size_mb:{1 << 44}", r"max_split_size_mb: at most 17592186044415 \(2\^64"),
+        ("per_process_memory_fraction:.", "per_process_memory_fraction: expected a number"),
+        ("per_process_memory_fraction:nan", "per_process_memory_fraction"),
         ("roundup_power2_divisions:[64:4", "bracket"),
         ("roundup_power2_divisions:64:4]", "bracket"),
         ("a:],b:[", "bracket"),
@@ -131,6 +137,17 @@ def test_vram_alloc_conf_wins_over_pytorch_cuda_alloc_conf(monkeypatch):
     assert config_from_env().max_split_size == 40 * MiB
     monkeypatch.setenv("VRAM_ALLOC_CONF", "")  # set, even empty: PyTorch's is not read
     assert config_from_env().max_split_size == SIZE_MAX
+
+
+@pytest.mark.parametrize("variable", ["VRAM_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"])
+def test_a_bad_environment_string_names_its_variable_and_key(monkeypatch, variable):
+    monkeypatch.setenv(variable, "expandable_segments:True,per_process_memory_fraction:.")
+    with pytest.raises(ValueError) as caught:
+        config_from_env()
+    assert str(caught.value) == (
+        f"{variable}='expandable_segments:True,per_process_memory_fraction:.': "
+        "per_process_memory_fraction: expected a number in [0, 1], got '.'"
+    )
 
 
 def test_a_new_allocator_reads_the_environment(monkeypatch, alloc, stats):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import mmap
+import numbers
 import os
 import re
 import sys
@@ -40,13 +41,15 @@ import numpy as np
 from .._errors import CudaError, DeferredCudaError
 from ._base import DeviceProperties, Driver
 
-__all__ = ["SimDriver", "parse_bytes"]
+__all__ = ["SimDriver", "parse_bytes", "check_capacity", "MAX_DEVICES", "MAX_CAPACITY"]
 
 _GiB = 1 << 30
 _MALLOC_ALIGNMENT = 512  # bytes; cudaMalloc gives at least 256-byte alignment
 _VMM_GRANULARITY = 2 << 20  # bytes; the H100's minimum VMM page
 _VA_BASE = 0x7F00_0000_0000  # first simulated device address of device 0
 _VA_SPAN = 1 << 40  # bytes of virtual address space per simulated device
+MAX_CAPACITY = _VA_SPAN  # bytes: the most memory a sim device may have (its address space)
+MAX_DEVICES = 64  # sim devices at most (VRAM_SIM_DEVICES)
 _HOST_PAGE = mmap.PAGESIZE
 # Linux: take no swap reservation, so a mapping larger than host RAM succeeds (Python < 3.12
 # does not name the flag); pages are only committed when written
@@ -64,6 +67,18 @@ def parse_bytes(text: str, argument: str = "VRAM_SIM_MEMORY") -> int:
     if size <= 0:
         raise ValueError(f"{argument}: size must be positive, got {text!r}")
     return size
+
+
+def check_capacity(capacity: object, argument: str = "capacity") -> int:
+    """``capacity`` as an int number of bytes, from 1 to a device's address space (MAX_CAPACITY);
+    TypeError or ValueError naming ``argument`` otherwise (NaN, a float, a string...)."""
+    if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral):
+        raise TypeError(f"{argument}: expected an int number of bytes, got {capacity!r}")
+    if not 0 < capacity <= MAX_CAPACITY:
+        raise ValueError(
+            f"{argument}: expected 1 byte to {MAX_CAPACITY >> 40} TiB, got {int(capacity)} bytes"
+        )
+    return int(capacity)
 
 
 # ---------------------------------------------------------------------------------------
@@ -194,10 +209,13 @@ class SimDriver(Driver):
             if not text.strip().isdecimal():
                 raise ValueError(f"VRAM_SIM_DEVICES: expected a number of devices, got {text!r}")
             device_count = int(text)
-        if device_count < 1:
-            raise ValueError(f"VRAM_SIM_DEVICES must be at least 1, got {device_count}")
+        if not 1 <= device_count <= MAX_DEVICES:
+            raise ValueError(
+                f"VRAM_SIM_DEVICES: expected 1 to {MAX_DEVICES} devices, got {device_count}"
+            )
         if capacity is None:
-            capacity = parse_bytes(os.environ.get("VRAM_SIM_MEMORY", "16GiB"))
+            text = os.environ.get("VRAM_SIM_MEMORY", "16GiB")
+            capacity = check_capacity(parse_bytes(text), "VRAM_SIM_MEMORY")
         self._lock = threading.RLock()
         self._memory = [_DeviceMemory(i, capacity) for i in range(device_count)]
         self._handles = itertools.count(1)
@@ -236,9 +254,7 @@ class SimDriver(Driver):
 
     def set_capacity(self, device: int, capacity: int) -> None:
         """Change a device's capacity (bytes); what it holds now is kept."""
-        if capacity <= 0:
-            raise ValueError(f"capacity must be positive, got {capacity}")
-        self._mem(device).capacity = capacity
+        self._mem(device).capacity = check_capacity(capacity, "capacity")
 
     def mem_get_info(self, device: int) -> tuple[int, int]:
         mem = self._mem(device)
@@ -468,6 +484,7 @@ class SimDriver(Driver):
             if s is not None and stream not in self._default:
                 self._drain(s, None)  # as CUDA: queued work still completes
                 del self._streams[stream]
+
 
     def stream_priority_range(self, device: int) -> tuple[int, int]:
         self._mem(device)

@@ -13,6 +13,7 @@ An unknown key or a bad value raises ValueError naming it.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, replace
@@ -81,7 +82,7 @@ def _bool(key: str, value: str) -> bool:
 
 
 def _int(key: str, value: str) -> int:
-    if not re.fullmatch(r"\d+", value):
+    if not re.fullmatch(r"[0-9]+", value):
         raise ValueError(f"{key}: expected a non-negative integer, got {value!r}")
     return int(value)
 
@@ -94,11 +95,18 @@ def _split_mb(key: str, value: str) -> int:
     mb = _int(key, value)
     if mb <= _LARGE_BUFFER_MB:
         raise ValueError(f"{key} too small, must be > {_LARGE_BUFFER_MB}, got {mb}")
+    if mb * _MB > SIZE_MAX:
+        raise ValueError(f"{key}: at most {SIZE_MAX // _MB} (2^64 bytes), got {mb}")
     return mb * _MB
 
 
 def _divisions(key: str, value: str) -> tuple[int, ...]:
-    """PyTorch's roundup_power2_divisions: one power of two, or ``[MB:div,...,>:div]``."""
+    """PyTorch's roundup_power2_divisions: one power of two, or ``[MB:div,...,>:div]``.
+
+    A list sets the divisions of the interval that starts at MB (a power of two) and, for
+    its first entry, of every interval below; ``>`` sets every interval above the last one
+    named, and comes last. An empty list is refused, as is anything after ``>``.
+    """
     if not value.startswith("["):
         div = _int(key, value)
         if not _power_of_two(div):
@@ -107,8 +115,13 @@ def _divisions(key: str, value: str) -> tuple[int, ...]:
     if not value.endswith("]"):
         raise ValueError(f"{key}: unterminated list {value!r}")
     table = [0] * ROUNDUP_INTERVALS
-    first, last_index = True, 0
-    for item in filter(None, value[1:-1].split(",")):
+    first, last_index, seen_rest = True, 0, False
+    items = [item for item in value[1:-1].split(",") if item.strip()]
+    if not items:
+        raise ValueError(f"{key}: the list is empty; give [MB:divisions,...,>:divisions]")
+    for item in items:
+        if seen_rest:
+            raise ValueError(f"{key}: '>' must be the last entry of {value!r}")
         interval, sep, div_text = item.partition(":")
         if not sep:
             raise ValueError(f"{key}: expected 'interval:divisions', got {item!r}")
@@ -116,8 +129,9 @@ def _divisions(key: str, value: str) -> tuple[int, ...]:
         if div != 0 and not _power_of_two(div):
             raise ValueError(f"{key}: divisions must be a power of 2 or 0, got {div}")
         interval = interval.strip()
-        if interval == ">":
-            table[last_index:] = [div] * (ROUNDUP_INTERVALS - last_index)
+        if interval == ">":  # the intervals above the last one named (index 0 if none was)
+            table[last_index + 1 :] = [div] * (ROUNDUP_INTERVALS - last_index - 1)
+            seen_rest = True
             continue
         mb = _int(key, interval)
         if not _power_of_two(mb):
@@ -199,9 +213,12 @@ def parse_config(text: str, base: AllocatorConfig | None = None) -> AllocatorCon
                 raise ValueError(f"{key}: must be a power of 2 up to 128, got {threads}")
             changes[key] = threads
         elif key == "per_process_memory_fraction":
-            number = float(value) if re.fullmatch(r"[\d.]+", value) else -1.0
-            if not 0.0 <= number <= 1.0:
-                raise ValueError(f"{key}: must be in [0, 1], got {value!r}")
+            try:
+                number = float(value)
+            except ValueError:
+                number = math.nan
+            if not 0.0 <= number <= 1.0:  # NaN too
+                raise ValueError(f"{key}: expected a number in [0, 1], got {value!r}")
             changes[key] = number
         elif key == "backend":
             if value != "native":
@@ -229,11 +246,18 @@ def apply_settings(text: str, current: AllocatorConfig) -> AllocatorConfig:
 
 
 def config_from_env() -> AllocatorConfig:
-    """Settings from VRAM_ALLOC_CONF, or PYTORCH_CUDA_ALLOC_CONF where that is unset."""
-    text = os.environ.get("VRAM_ALLOC_CONF")
+    """Settings from VRAM_ALLOC_CONF, or PYTORCH_CUDA_ALLOC_CONF where that is unset.
+
+    A bad string raises ValueError naming the variable it came from and the key."""
+    variable = "VRAM_ALLOC_CONF"
+    text = os.environ.get(variable)
     if text is None:
-        text = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
-    return parse_config(text)
+        variable = "PYTORCH_CUDA_ALLOC_CONF"
+        text = os.environ.get(variable, "")
+    try:
+        return parse_config(text)
+    except ValueError as exc:
+        raise ValueError(f"{variable}={text!r}: {exc}") from None
 
 
 _override: AllocatorConfig | None = None  # set by set_allocator_settings
