@@ -497,6 +497,20 @@ class Tensor:
     def __rtruediv__(self, other: Any) -> Tensor:
         return dispatch["binary"]("div", self, other, reverse=True)
 
+    # ---- matrix products (vram.blas) -------------------------------------------------
+    def matmul(self, other: Tensor) -> Tensor:
+        """``self @ other`` with torch.matmul's rules (vram.matmul)."""
+        return dispatch["matmul"](self, other)
+
+    def mm(self, mat2: Tensor) -> Tensor:
+        """``self`` [M, K] @ ``mat2`` [K, N] (vram.mm)."""
+        return dispatch["mm"](self, mat2)
+
+    __matmul__ = matmul
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        return dispatch["matmul"](other, self)
+
     # ---- interop ---------------------------------------------------------------------
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:

@@ -1,0 +1,22 @@
+"""Matrix products on cuBLAS and cuBLASLt (PyTorch's aten/native/cuda/Blas.cpp): mm, matmul,
+bmm, addmm (with relu/gelu epilogues), baddbmm; on the simulated GPU with NumPy.
+
+Importing this package declares the ``gemm`` op in the operator registry and fills the
+tensor layer's dispatch table (``@``, ``Tensor.matmul``, ``Tensor.mm``).
+"""
+
+from ._functions import addmm, baddbmm, bmm, matmul, mm
+from ._ops import GEMM_DTYPES, gemm_op
+from ._workspace import cublas_workspace_size, cublaslt_workspace_size
+
+__all__ = [
+    "GEMM_DTYPES",
+    "addmm",
+    "baddbmm",
+    "bmm",
+    "cublas_workspace_size",
+    "cublaslt_workspace_size",
+    "gemm_op",
+    "matmul",
+    "mm",
+]

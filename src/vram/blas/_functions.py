@@ -1,0 +1,222 @@
+"""Matrix products with PyTorch's names and meanings: mm, matmul, bmm, addmm, baddbmm.
+
+Each checks PyTorch's contract first (``_checks``: errors name the argument), then queues
+one GEMM on the current stream of the tensors' device (``_ops.gemm``). Nothing here
+synchronizes. Zero-size problems make no library call: M or N = 0 gives an empty result,
+K = 0 gives ``beta * input`` (zeros for mm, bmm and matmul).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .._tensor import Tensor, broadcast_shapes, dispatch
+from . import _checks
+from ._ops import GEMM_DTYPES, gemm
+
+__all__ = ["mm", "matmul", "bmm", "addmm", "baddbmm"]
+
+_DTYPES = frozenset(GEMM_DTYPES)
+
+
+def _result(
+    op: str,
+    out: Tensor | None,
+    shape: tuple[int, ...],
+    ref: Tensor,
+    inputs: list[tuple[str, Tensor]],
+) -> tuple[Tensor, Tensor]:
+    """(the tensor to write, the tensor to return): ``out`` itself, or a new tensor (and
+    ``out`` filled from it afterwards when their memory might interleave)."""
+    if out is None:
+        return Tensor._empty(shape, ref.dtype, ref.device), None  # type: ignore[return-value]
+    out = _checks.tensor_arg(op, "out", out)
+    _checks.same_dtype_and_device(op, [*inputs, ("out", out)])
+    _checks.check_out(op, out, shape, inputs)
+    if _checks.needs_temp(out, [t for _, t in inputs]):
+        return Tensor._empty(shape, ref.dtype, ref.device), out
+    return out, None  # type: ignore[return-value]
+
+
+def _finish(target: Tensor, out: Tensor | None) -> Tensor:
+    if out is None:
+        return target
+    out.copy_(target)
+    return out
+
+
+def _check_pair(op: str, names: tuple[str, str], a: Any, b: Any, ndim: int) -> None:
+    a = _checks.tensor_arg(op, names[0], a)
+    b = _checks.tensor_arg(op, names[1], b)
+    _checks.rank(op, names[0], a, ndim)
+    _checks.rank(op, names[1], b, ndim)
+    _checks.same_dtype_and_device(op, [(names[0], a), (names[1], b)])
+    _checks.inner_dims(op, names, a, b)
+    if ndim == 3 and a.shape[0] != b.shape[0]:
+        raise RuntimeError(
+            f"{op}: '{names[0]}' and '{names[1]}' must have the same number of batches, "
+            f"got {a.shape[0]} and {b.shape[0]}"
+        )
+
+
+def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # noqa: A002
+    """``input`` [M, K] @ ``mat2`` [K, N] -> [M, N] (torch.mm), into ``out`` if given."""
+    if (
+        type(input) is not Tensor
+        or type(mat2) is not Tensor
+        or len(input.shape) != 2
+        or len(mat2.shape) != 2
+        or input.dtype is not mat2.dtype
+        or input.device != mat2.device
+        or input.shape[1] != mat2.shape[0]
+        or input.dtype not in _DTYPES
+    ):
+        _check_pair("mm", ("input", "mat2"), input, mat2, 2)
+    shape = (input.shape[0], mat2.shape[1])
+    if out is None:
+        target, final = Tensor._empty(shape, input.dtype, input.device), None
+    else:
+        target, final = _result("mm", out, shape, input, [("input", input), ("mat2", mat2)])
+    if shape[0] and shape[1]:
+        gemm(target, input, mat2, None, 0.0, 1.0, 0)
+    return _finish(target, final)
+
+
+def bmm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # noqa: A002
+    """``input`` [B, M, K] @ ``mat2`` [B, K, N] -> [B, M, N] (torch.bmm)."""
+    _check_pair("bmm", ("input", "mat2"), input, mat2, 3)
+    shape = (input.shape[0], input.shape[1], mat2.shape[2])
+    target, final = _result("bmm", out, shape, input, [("input", input), ("mat2", mat2)])
+    if math.prod(shape):
+        gemm(target, input, mat2, None, 0.0, 1.0, 0)
+    return _finish(target, final)
+
+
+def addmm(
+    input: Tensor,  # noqa: A002
+    mat1: Tensor,
+    mat2: Tensor,
+    *,
+    beta: float = 1,
+    alpha: float = 1,
+    out: Tensor | None = None,
+    activation: str | None = None,
+) -> Tensor:
+    """``act(beta * input + alpha * (mat1 @ mat2))`` (torch.addmm; ``activation`` "relu" or
+    "gelu" is PyTorch's ``_addmm_activation``, fused into cuBLASLt's epilogue where it can
+    be). ``input`` broadcasts to [M, N]; with ``beta == 0`` it is not read."""
+    names = ("input", "mat1", "mat2")
+    return _add_product("addmm", names, input, mat1, mat2, beta, alpha, out, 2, activation)
+
+
+def baddbmm(
+    input: Tensor,  # noqa: A002
+    batch1: Tensor,
+    batch2: Tensor,
+    *,
+    beta: float = 1,
+    alpha: float = 1,
+    out: Tensor | None = None,
+) -> Tensor:
+    """``beta * input + alpha * (batch1 @ batch2)`` (torch.baddbmm); ``input`` broadcasts
+    to [B, M, N]."""
+    names = ("input", "batch1", "batch2")
+    return _add_product("baddbmm", names, input, batch1, batch2, beta, alpha, out, 3, None)
+
+
+def _add_product(
+    op: str,
+    names: tuple[str, str, str],
+    bias: Any,
+    a: Any,
+    b: Any,
+    beta: Any,
+    alpha: Any,
+    out: Tensor | None,
+    ndim: int,
+    activation: str | None,
+) -> Tensor:
+    bias = _checks.tensor_arg(op, names[0], bias)
+    _check_pair(op, names[1:], a, b, ndim)
+    _checks.same_dtype_and_device(op, [(names[1], a), (names[0], bias)])
+    beta = _checks.scalar(op, "beta", beta)
+    alpha = _checks.scalar(op, "alpha", alpha)
+    act = _checks.activation_code(op, activation)
+    shape = (*a.shape[:-1], b.shape[-1])
+    _checks.bias_broadcasts(op, names[0], bias, shape)
+    inputs = [(names[1], a), (names[2], b)]
+    target, final = _result(op, out, shape, a, inputs)
+    if final is None and out is not None and _checks.needs_temp(target, [bias]):
+        # input overlaps out without being out: read it before out is written
+        target, final = Tensor._empty(shape, a.dtype, a.device), out
+    if math.prod(shape):
+        gemm(target, a, b, bias, beta, alpha, act)
+    return _finish(target, final)
+
+
+# ---- matmul -----------------------------------------------------------------------------------
+
+
+def _batch_view(t: Tensor, batch: tuple[int, ...]) -> Tensor:
+    """``t`` [*batch, r, c] as [prod(batch), r, c]: a view when the batch dimensions walk
+    memory with one stride (or none), else a contiguous copy (as PyTorch's reshape)."""
+    count = math.prod(batch)
+    rows, cols = t.shape[-2], t.shape[-1]
+    dims = [(n, s) for n, s in zip(t.shape[:-2], t.stride()[:-2], strict=True) if n > 1]
+    stride = dims[-1][1] if dims else 0
+    pairs = zip(dims, dims[1:], strict=False)
+    mergeable = all(outer == inner * n for (_, outer), (n, inner) in pairs)
+    if not mergeable:
+        return t.contiguous().view(count, rows, cols)
+    s = t.stride()
+    return t._view((count, rows, cols), (stride, s[-2], s[-1]), t.storage_offset())
+
+
+def matmul(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    """torch.matmul: 1-D @ 1-D is a dot product (0-D), a 1-D operand is a row (left) or a
+    column (right) that the result drops, and N-D operands broadcast their batch
+    dimensions: [*b1, M, K] @ [*b2, K, N] -> [*broadcast(b1, b2), M, N]."""
+    if type(input) is Tensor and type(other) is Tensor and input.ndim == 2 and other.ndim == 2:
+        return mm(input, other)
+    a = _checks.tensor_arg("matmul", "input", input)
+    b = _checks.tensor_arg("matmul", "other", other)
+    if a.ndim == 0 or b.ndim == 0:
+        raise RuntimeError(
+            f"matmul: both arguments need at least 1 dimension, got 'input' {a.ndim}-D and "
+            f"'other' {b.ndim}-D"
+        )
+    _checks.same_dtype_and_device("matmul", [("input", a), ("other", b)])
+    a2 = a.view(1, a.shape[0]) if a.ndim == 1 else a
+    b2 = b.view(b.shape[0], 1) if b.ndim == 1 else b
+    _checks.inner_dims("matmul", ("input", "other"), a2, b2)
+    m, n = a2.shape[-2], b2.shape[-1]
+    drop = (() if a.ndim > 1 else (-2,)) + (() if b.ndim > 1 else (-1,))
+    if b2.ndim == 2:  # fold input's batch dimensions into M (PyTorch's folding)
+        flat = a2.reshape(-1, a2.shape[-1])
+        result = mm(flat, b2).view(*a2.shape[:-1], n)
+    else:
+        try:
+            batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+        except ValueError:
+            raise RuntimeError(
+                f"matmul: the batch dimensions of 'input' {tuple(a.shape)} and 'other' "
+                f"{tuple(b.shape)} cannot be broadcast together"
+            ) from None
+        k = a2.shape[-1]
+        a3 = _batch_view(a2.expand(*batch, m, k), batch)
+        b3 = _batch_view(b2.expand(*batch, k, n), batch)
+        out = Tensor._empty((a3.shape[0], m, n), a.dtype, a.device)
+        if out.numel():
+            gemm(out, a3, b3, None, 0.0, 1.0, 0)
+        result = out.view(*batch, m, n)
+    if drop:
+        shape = list(result.shape)
+        for d in sorted(drop):
+            del shape[d]
+        result = result.view(*shape) if shape else result.view(())
+    return result
+
+
+# Tensor methods (``@``, ``.matmul``, ``.mm``) reach these through the dispatch table.
+dispatch.update(matmul=matmul, mm=mm)
