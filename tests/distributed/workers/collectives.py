@@ -6,6 +6,8 @@ exactly; any mismatch raises, and the launcher's exit code says so.
 
 from __future__ import annotations
 
+import sys
+
 import ml_dtypes
 import numpy as np
 
@@ -96,7 +98,7 @@ def main() -> None:
     same(z.numpy(), want.astype(np.complex64), "complex all_reduce")
     dist.barrier()
     dist.destroy_process_group()
-    print(f"rank {rank} ok")
+    sys.stdout.write(f"rank {rank} ok\n")  # one write: the ranks share the pipe
 
 
 if __name__ == "__main__":

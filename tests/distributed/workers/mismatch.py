@@ -16,6 +16,6 @@ try:
         dist.broadcast(t, src=1)
     vram.synchronize(dist.default_group().device)
 except vram.CudaError as exc:
-    print(f"rank {dist.get_rank()}: {exc.call} {exc.name}")
+    sys.stdout.write(f"rank {dist.get_rank()}: {exc.call} {exc.name}\n")
     sys.exit(0 if exc.name == "ncclInvalidUsage" else 1)
 sys.exit(2)  # a mismatch went unnoticed
