@@ -69,6 +69,7 @@ def test_pytorch_allocates_through_vram_and_trains():
         (seg,) = [s for s in vram.memory.memory_snapshot()
                   if s["address"] <= ptr < s["address"] + s["total_size"]]
         assert seg["stream"] == side.cuda_stream  # made for PyTorch's side stream
+        torch.cuda.current_stream().wait_stream(side)
         w = z * 2  # the default stream reads z ...
         vt.record_use(z, torch.cuda.current_stream())  # ... and that is its last use there
         del z
@@ -116,7 +117,10 @@ def test_pytorch_mem_pool_segments_come_from_vram():
         with torch.cuda.use_mem_pool(pool):
             x = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
         outside = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")  # not from vram
-        segments = sum(s["total_size"] for s in pool.snapshot())
+        segments = sum(
+            s["total_size"] for s in torch.cuda.memory_snapshot()
+            if tuple(s["segment_pool_id"]) == tuple(pool.id)
+        )
         assert segments > 0 and allocated() - base == segments, (allocated() - base, segments)
         del x, pool
         gc.collect()
