@@ -1,12 +1,19 @@
-"""What every benchmark shares: naming the device and writing one JSON result.
+"""What every benchmark shares: naming the device, its output options, and writing one JSON
+result.
 
-A result file is ``<out_dir>/<name>-<device>-<date>.json`` holding
+A result file is ``<name>-<device>-<date>.json`` holding
 ``{"name", "device", "device_name", "date", "results": [row, ...]}``; ``device`` is
 "cuda:0" or "sim:0", ``device_name`` the GPU's name, ``date`` YYYY-MM-DD.
+
+Where it goes (``add_output_arguments``): ``--out FILE.json`` is that file, ``--out DIR``
+(or $OUT, where set) a folder for it; bench/results/, the committed results the README's
+tables come from, only with ``--save``. A run with neither prints its table and writes
+nothing.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -14,7 +21,14 @@ from pathlib import Path
 
 import vram
 
-__all__ = ["RESULTS", "device_name", "write_result", "write_results"]
+__all__ = [
+    "RESULTS",
+    "add_output_arguments",
+    "device_name",
+    "output_path",
+    "write_result",
+    "write_results",
+]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -24,13 +38,50 @@ def device_name(device: object) -> str:
     return vram.get_device_name(vram.device(device))
 
 
-def write_result(name: str, device: object, rows: list[dict], out_dir: Path | None = None) -> Path:
-    """Write ``rows`` as the result of benchmark ``name`` on ``device``; returns the path."""
+def output_path(text: str) -> Path:
+    """An argparse type for ``--out``: a FILE.json whose folder exists, or a folder (made if
+    missing, under an existing parent). Checked when the arguments are read, before any work."""
+    path = Path(text)
+    if path.suffix == ".json":
+        if not path.parent.is_dir():
+            raise argparse.ArgumentTypeError(f"{text}: the folder {path.parent} does not exist")
+    elif path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: not a folder (name a FILE.json or a folder)")
+    elif not path.exists() and not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: the folder {path.parent} does not exist")
+    return path
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--out FILE.json|DIR`` and ``--save`` (see the module docstring)."""
+    parser.add_argument(
+        "--out",
+        type=output_path,
+        default=None,
+        metavar="FILE.json|DIR",
+        help="write the JSON result to this file, or into this folder (default: $OUT if set)",
+    )
+    parser.add_argument(
+        "--save",
+        action="store_true",
+        help="also write it to bench/results/ (the committed results the README shows)",
+    )
+
+
+def write_result(name: str, device: object, rows: list[dict], out: Path | None = None) -> Path:
+    """Write ``rows`` as the result of benchmark ``name`` on ``device``; returns the path.
+
+    ``out``: a ``.json`` file, or a folder (bench/results/ if None) for
+    ``<name>-<device>-<date>.json``.
+    """
     found = vram.device(device)
     date = datetime.date.today().isoformat()
-    directory = Path(out_dir) if out_dir is not None else RESULTS
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{name}-{found.type}{found.index}-{date}.json"
+    target = Path(out) if out is not None else RESULTS
+    if target.suffix == ".json":
+        path = target
+    else:
+        target.mkdir(parents=True, exist_ok=True)
+        path = target / f"{name}-{found.type}{found.index}-{date}.json"
     result = {
         "name": name,
         "device": str(found),
@@ -42,10 +93,13 @@ def write_result(name: str, device: object, rows: list[dict], out_dir: Path | No
     return path
 
 
-def write_results(name: str, device: object, rows: list[dict], out: Path | None) -> list[Path]:
-    """Write the result to bench/results/, and also to ``out`` (or $OUT, where set)."""
-    paths = [write_result(name, device, rows)]
+def write_results(
+    name: str, device: object, rows: list[dict], out: Path | None, save: bool = False
+) -> list[Path]:
+    """Write the result to ``out`` (or $OUT, where set), and to bench/results/ if ``save``;
+    the paths written (none when neither is asked for)."""
+    paths = [write_result(name, device, rows)] if save else []
     extra = out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
     if extra is not None:
-        paths.append(write_result(name, device, rows, out_dir=extra))
+        paths.append(write_result(name, device, rows, out=extra))
     return paths

@@ -1,4 +1,4 @@
-"""Allocator benchmark (issue 3): microseconds per alloc+free pair on the cached path.
+"""Allocator benchmark: microseconds per alloc+free pair on the cached path.
 
 One run on one device times, at 512 B, 64 KiB, 4 MiB and 64 MiB:
 - vram: ``caching_allocator_alloc`` / ``caching_allocator_delete``, and ``vram.empty`` + del;
@@ -17,7 +17,8 @@ does not fall on one peer only); the row is the median over the rounds. A peer t
 installed, or that needs a GPU on a ``sim`` run, is skipped with the reason.
 ``--device sim:0`` times vram alone, to check the script anywhere.
 
-    python bench/alloc.py [--device cuda:0] [--pairs 20000] [--repeats 7] [--out DIR]
+    python bench/alloc.py [--device cuda:0] [--pairs 20000] [--repeats 7] [--out FILE.json|DIR]
+                          [--save]
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import vram
-from _common import device_name, write_results
+from _common import add_output_arguments, device_name, write_results
+from vram.tools._output import progress
 
 SIZES = (512, 64 << 10, 4 << 20, 64 << 20)  # bytes
 WARMUP = 200  # pairs before each timed run
@@ -229,9 +230,11 @@ def run(device: vram.Device, pairs: int, repeats: int) -> tuple[list[dict], list
             continue
         timed += [(name, size, pair) for size, pair in pairs_of.items()]
     runs: dict[tuple[str, int], list[float]] = {(n, s): [] for n, s, _ in timed}
-    for _ in range(repeats):
-        for name, size, pair in timed:
-            runs[name, size] += _time_pairs(pair, pairs, 1)
+    with progress("timing alloc+free pairs", repeats * len(timed)) as advance:
+        for _ in range(repeats):
+            for name, size, pair in timed:
+                runs[name, size] += _time_pairs(pair, pairs, 1)
+                advance(1)
     rows = []
     for name, size, _ in timed:
         us = statistics.median(runs[name, size])
@@ -268,12 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="cuda:N or sim:N (default: the default)")
     parser.add_argument("--pairs", type=int, default=20_000, help="pairs per timed run")
     parser.add_argument("--repeats", type=int, default=7, help="timed rounds")
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    add_output_arguments(parser)
     options = parser.parse_args(argv)
     device = vram.default_device() if options.device is None else vram.device(options.device)
     vram.set_device(device)
     rows, skipped = run(device, options.pairs, options.repeats)
-    results = write_results("alloc", device, rows, options.out)
+    results = write_results("alloc", device, rows, options.out, options.save)
     print(f"\nalloc benchmark on {device} ({device_name(device)})")
     print(table(rows))
     for skip in skipped:

@@ -1,4 +1,4 @@
-"""Cross-stream lifetimes benchmark (issue 4): the pipeline PyTorch's users hit.
+"""Cross-stream lifetimes benchmark: the pipeline PyTorch's users hit.
 
 Each iteration the producer (the default stream) makes a 64 MiB buffer; a side stream
 waits for it, copies it into a buffer of its own, then runs unrelated work (four 4096x4096
@@ -21,7 +21,7 @@ stream's work).
 ``--device sim:0`` runs the vram variants on the simulated GPU with few iterations, to
 check the script anywhere; its times and peaks say nothing about a GPU.
 
-    python bench/streams.py [--device cuda:0] [--iters 200] [--out DIR]
+    python bench/streams.py [--device cuda:0] [--iters 200] [--out FILE.json|DIR] [--save]
 """
 
 from __future__ import annotations
@@ -31,12 +31,11 @@ import gc
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
 import vram
-from _common import device_name, write_results
+from _common import add_output_arguments, device_name, write_results
 from vram.memory import caching_allocator_alloc as vram_alloc
 from vram.memory import caching_allocator_delete as vram_free
 
@@ -342,13 +341,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default=None, help="cuda:N or sim:N (default: the default)")
     parser.add_argument("--iters", type=int, default=None, help="timed iterations (200; sim 10)")
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    add_output_arguments(parser)
     options = parser.parse_args(argv)
     device = vram.default_device() if options.device is None else vram.device(options.device)
     vram.set_device(device)
     iters = options.iters or (200 if device.type == "cuda" else 10)
     rows, skipped, work_ms = run(device, iters)
-    paths = write_results("streams", device, rows, options.out)
+    paths = write_results("streams", device, rows, options.out, options.save)
     print(f"streams benchmark on {device} ({device_name(device)}), {iters} iterations")
     print(f"side-stream work: {MATMULS} matmuls, {work_ms:.2f} ms")
     print(table(rows))

@@ -36,6 +36,7 @@ from . import __version__, memory, sim
 from ._device import Device, as_device, default_device, device_count, get_device_properties
 from ._device import mem_get_info as _mem_get_info
 from ._dtypes import float32
+from ._errors import CudaError
 from ._factories import empty
 from ._streams import Event, Stream
 from ._tensor import Tensor
@@ -65,8 +66,36 @@ _EXIT_USAGE = 2  # argparse's status for bad usage; also a tool that cannot be l
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``vram`` command with ``argv`` (sys.argv[1:] if None); return the exit status."""
+    """Run the ``vram`` command with ``argv`` (sys.argv[1:] if None); return the exit status.
+
+    Bad input (a missing or malformed file, a bad option or environment variable) is one
+    line on stderr naming the problem, with exit status 2; never a traceback. An error that
+    is vram's own fault is one line too, exit status 1 (``VRAM_TRACEBACK=1`` shows where).
+    """
     args = list(sys.argv[1:] if argv is None else argv)
+    command = args[0] if args and not args[0].startswith("-") else None
+    try:
+        return _main(args)
+    except KeyboardInterrupt:
+        _error("interrupted", command)
+        return 130
+    except (ValueError, OSError, CudaError, LookupError) as exc:
+        if os.environ.get("VRAM_TRACEBACK"):
+            raise
+        from .tools._output import describe_error
+
+        _error(describe_error(exc), command)
+        return _EXIT_USAGE
+    except Exception as exc:  # a bug: still one line, with the way to see more
+        if os.environ.get("VRAM_TRACEBACK"):
+            raise
+        _error(
+            f"internal error: {type(exc).__name__}: {exc} (VRAM_TRACEBACK=1 shows where)", command
+        )
+        return 1
+
+
+def _main(args: list[str]) -> int:
     if args and args[0] in _TOOLS:
         return _run_tool(args[0], args[1:])
     if args and args[0] == "bench":
@@ -132,7 +161,8 @@ def _run_tool(name: str, argv: list[str]) -> int:
 
 def _run_bench(argv: list[str]) -> int:
     """``vram bench NAME ARGS``: run ``main(ARGS)`` of bench/NAME.py in a source checkout."""
-    available = sorted(p.stem for p in _BENCH_DIR.glob("[!_]*.py") if p.stem != "report")
+    scripts = _BENCH_DIR.glob("[!_]*.py")
+    available = sorted(p.stem for p in scripts if p.stem not in ("report", "record_traces"))
     if not argv or argv[0] in ("-h", "--help"):
         listed = ", ".join(available) or "none found"
         print(f"usage: vram bench NAME [ARGS...]\nbenchmarks in {_BENCH_DIR}: {listed}")
@@ -143,34 +173,50 @@ def _run_bench(argv: list[str]) -> int:
         _error(f"no benchmark {name!r} in {_BENCH_DIR} (benchmarks run from a source checkout)")
         return _EXIT_USAGE
     sys.path.insert(0, str(_BENCH_DIR))  # the benchmarks import their _common helpers
+    saved_argv0 = sys.argv[0] if sys.argv else ""
     try:
         spec = importlib.util.spec_from_file_location(f"vram_bench_{name}", path)
         module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         spec.loader.exec_module(module)  # type: ignore[union-attr]
-        return int(module.main(rest) or 0)
+        if sys.argv:
+            sys.argv[0] = f"vram bench {name}"  # argparse's usage line names the command
+        try:
+            return int(module.main(rest) or 0)
+        except SystemExit as exc:  # argparse: --help, or bad usage (already printed)
+            return exc.code if isinstance(exc.code, int) else _EXIT_USAGE
     finally:
+        if sys.argv:
+            sys.argv[0] = saved_argv0
         sys.path.remove(str(_BENCH_DIR))
 
 
 def _viz(options: argparse.Namespace) -> int:
-    write_html = _load("vram.tools.viz", "write_html")
-    write_png = _load("vram.tools.viz", "write_png") if options.png else None
-    if write_html is None or (options.png and write_png is None):
-        return _EXIT_USAGE
-    print(f"wrote {write_html(options.snapshot, options.out, device=options.device)}")
-    if write_png is not None:
-        print(f"wrote {write_png(options.snapshot, options.png, device=options.device)}")
+    viz = importlib.import_module("vram.tools.viz")
+    output = importlib.import_module("vram.tools._output")
+    out = output.check_output_path(options.out, "-o/--out")  # before the long work
+    png = None if options.png is None else output.check_output_path(options.png, "--png")
+    snapshot = viz.load_snapshot(options.snapshot)
+    viz.check_device(snapshot, options.device)
+    title = Path(options.snapshot).name
+    print(f"wrote {viz.write_html(snapshot, out, device=options.device, title=title)}")
+    if png is not None:
+        print(f"wrote {viz.write_png(snapshot, png, device=options.device, title=title)}")
     return 0
 
 
 def _console() -> Console:
-    """A console for stdout; one that is not a terminal (a file, a pipe) is 120 columns."""
+    """A console for stdout; one that is not a terminal (a file, a pipe) is 120 columns,
+    unless the COLUMNS environment variable sets the width."""
     console = Console()
-    return console if console.is_terminal else Console(width=max(console.width, _WIDE))
+    if console.is_terminal or os.environ.get("COLUMNS"):
+        return console
+    return Console(width=max(console.width, _WIDE))
 
 
-def _error(message: str) -> None:
-    Console(stderr=True).print(Text(f"vram: error: {message}", style="bold red"))
+def _error(message: str, command: str | None = None) -> None:
+    """Print ``vram [COMMAND]: error: MESSAGE`` to stderr as one line."""
+    prefix = f"vram {command}" if command else "vram"
+    print(f"{prefix}: error: {' '.join(message.split())}", file=sys.stderr)
 
 
 # ====================================================================== vram info
@@ -191,9 +237,17 @@ def _nvrtc() -> str:
     return f"{major}.{minor}"
 
 
-def _devices() -> list[Device]:
-    cuda = [Device("cuda", i) for i in range(device_count("cuda"))] if cuda_usable() else []
-    return cuda + [Device("sim", i) for i in range(device_count("sim"))]
+def _devices(problems: list[str], describe_error: Callable[[BaseException], str]) -> list[Device]:
+    """The devices to list; what stops a kind from being listed goes to ``problems``."""
+    found: list[Device] = []
+    for kind in ("cuda", "sim"):
+        try:
+            if kind == "cuda" and not cuda_usable():
+                continue
+            found += [Device(kind, i) for i in range(device_count(kind))]
+        except (ValueError, OSError, CudaError) as exc:
+            problems.append(f"{kind} devices: {describe_error(exc)}")
+    return found
 
 
 def _setting_text(value: object) -> str:
@@ -203,7 +257,13 @@ def _setting_text(value: object) -> str:
 
 
 def _info(options: argparse.Namespace) -> int:
+    """Versions, devices, the allocator configuration and the environment. A bad setting
+    (VRAM_DEVICE, VRAM_SIM_*, VRAM_ALLOC_CONF) is shown where it belongs and named on
+    stderr, one line each, with exit status 2; everything else is still listed."""
+    from .tools._output import describe_error, fitted
+
     console = _console()
+    problems: list[str] = []
     console.rule(f"[bold]vram {__version__}")
 
     versions = Table(title="Versions", title_justify="left", show_header=False)
@@ -212,13 +272,18 @@ def _info(options: argparse.Namespace) -> int:
     for package in _PACKAGES:
         versions.add_row(package, _version(package))
     versions.add_row("NVRTC", _nvrtc())
-    console.print(versions)
+    console.print(fitted(versions, console.width))
 
-    default = default_device()
+    default: Device | None = None
+    try:
+        default = default_device()
+    except (ValueError, OSError, CudaError) as exc:
+        problems.append(f"default device: {describe_error(exc)}")
     devices = Table(title="Devices", title_justify="left")
     for column in ("device", "name", "memory", "free", "compute", "SMs", "driver"):
-        devices.add_column(column, justify="right" if column in ("memory", "free") else "left")
-    for found in _devices():
+        numeric = column in ("memory", "free", "compute", "SMs")
+        devices.add_column(column, justify="right" if numeric else "left", no_wrap=numeric)
+    for found in _devices(problems, describe_error):
         props = get_device_properties(found)
         free, total = _mem_get_info(found)
         mark = " (default)" if found == default else ""
@@ -231,23 +296,25 @@ def _info(options: argparse.Namespace) -> int:
             str(props.multi_processor_count),
             props.driver,
         )
-    console.print(devices)
+    console.print(fitted(devices, console.width))
     if not cuda_usable():
         console.print("No CUDA GPU is usable here: the default device is the simulated GPU.")
 
-    status = 0
-    config = Table(title=f"Allocator configuration ({default})", title_justify="left")
+    config = Table(title=f"Allocator configuration ({default or '?'})", title_justify="left")
     config.add_column("setting")
     config.add_column("value")
     try:
+        if default is None:
+            raise ValueError("no default device to read it for")
         settings = memory.get_allocator_settings(default)
-    except ValueError as exc:  # a bad VRAM_ALLOC_CONF: say so, and still show the rest
-        config.add_row("error", Text(str(exc), style="red"))
-        status = 1
+    except (ValueError, OSError, CudaError) as exc:  # say so, and still show the rest
+        config.add_row("error", Text(describe_error(exc), style="red"))
+        if default is not None:
+            problems.append(f"allocator configuration: {describe_error(exc)}")
     else:
         for key, value in settings.items():
             config.add_row(key, _setting_text(value))
-    console.print(config)
+    console.print(fitted(config, console.width))
 
     env = Table(title="Environment", title_justify="left")
     env.add_column("variable")
@@ -255,8 +322,14 @@ def _info(options: argparse.Namespace) -> int:
     for name in _ENV_VARS:
         value = os.environ.get(name)
         env.add_row(name, Text("(unset)", style="dim") if value is None else Text(value))
-    console.print(env)
-    return status
+    console.print(fitted(env, console.width))
+    told: set[str] = set()
+    for problem in problems:  # one line per problem, where it was first met
+        what = problem.partition(": ")[2]
+        if what not in told:
+            told.add(what)
+            _error(problem, "info")
+    return _EXIT_USAGE if problems else 0
 
 
 # ====================================================================== vram demo
@@ -302,12 +375,12 @@ class _Pipeline:
     def section(self, title: str) -> Iterator[None]:
         """A table of steps, drawn live on a terminal and once at the end elsewhere."""
         self.table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE)
-        self.table.add_column("#", justify="right")
-        self.table.add_column("what happened")
+        self.table.add_column("#", justify="right", no_wrap=True)
+        self.table.add_column("what happened", overflow="fold")
         for column in ("queued\nproducer", "queued\nconsumer", "ops\ndone"):
-            self.table.add_column(column, justify="right")
+            self.table.add_column(column, justify="right", no_wrap=True)
         for column in ("allocated", "active", "reserved"):
-            self.table.add_column(column, justify="right")
+            self.table.add_column(column, justify="right", no_wrap=True)
         if self.console.is_terminal:
             with Live(self.table, console=self.console, auto_refresh=False) as self.live:
                 yield
@@ -348,13 +421,15 @@ def _mib(size: int) -> str:
 
 
 def _demo(options: argparse.Namespace) -> int:
+    if options.batches < 1:
+        raise ValueError(f"--batches must be at least 1, got {options.batches}")
+    named = (options.device or "").strip()
+    if named.startswith("cuda") and not cuda_usable():
+        raise ValueError(f"--device {named}: no CUDA GPU is usable here (sim:0 is the simulator)")
     device = default_device() if options.device is None else as_device(options.device, "--device")
     if device.type == "cpu":
-        _error("--device: the demo needs a cuda or sim device")
-        return _EXIT_USAGE
-    if options.batches < 1:
-        _error(f"--batches must be at least 1, got {options.batches}")
-        return _EXIT_USAGE
+        raise ValueError("--device: the demo needs a cuda or sim device")
+    memory.get_allocator_settings(device)  # a bad VRAM_ALLOC_CONF fails here, before any output
     console = _console()
     held = device.type == "sim"
     console.rule(f"[bold]vram demo on {device} ({get_device_properties(device).name})")

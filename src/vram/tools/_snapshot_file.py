@@ -35,6 +35,8 @@ class _PlainUnpickler(pickle.Unpickler):
     """An unpickler that builds plain data only: no global but set and frozenset."""
 
     def find_class(self, module: str, name: str) -> Any:
+        if module == "__builtin__":  # Python 2's name, in pickles of protocol 0 to 2
+            module = "builtins"
         if (module, name) in _ALLOWED:
             return super().find_class(module, name)
         raise pickle.UnpicklingError(

@@ -43,6 +43,7 @@ import bisect
 import json
 import sys
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ from ..driver._sim import SimDriver, parse_bytes
 from ..memory._caching import DeviceCachingAllocator
 from ..memory._config import AllocatorConfig, parse_config
 from ..memory._stats import ALLOCATED_BYTES, RESERVED_BYTES
+from ._output import check_output_path, console, describe_error, fitted, progress
 from ._snapshot_file import load_snapshot
 
 __all__ = [
@@ -70,6 +72,7 @@ _SYNTHETIC_GAP = 1 << 40  # bytes between the recorded addresses and the replay'
 _ALIGN = 2 << 20  # bytes; alignment of addresses the replay makes up
 _REQUESTS = ("alloc", "free_requested", "free_completed", "segment_free", "segment_unmap")
 _RELEASES = ("segment_free", "segment_unmap")  # a run of these: cached memory given back
+_PROGRESS_STEP = 4096  # entries replayed between progress updates
 
 
 # ============================================================================ loading
@@ -456,7 +459,9 @@ class _Replayer:
         for ptr in fills:
             self.allocator.free(ptr)
 
-    def run(self) -> tuple[bool, int | None]:
+    def run(self, progress: Callable[[int], None] | None = None) -> tuple[bool, int | None]:
+        """Replay every entry; (ran out of memory, at which entry). ``progress(n)`` is told
+        of each ``_PROGRESS_STEP`` entries replayed."""
         entries = self.trace.entries
         clears = self.trace.cache_clears
         completes_later = _pending_frees(entries)
@@ -464,6 +469,8 @@ class _Replayer:
         stats = self.allocator.stats
         for i, e in enumerate(entries):
             action = e["action"]
+            if progress is not None and i % _PROGRESS_STEP == 0 and i:
+                progress(_PROGRESS_STEP)
             try:
                 if action == "alloc":
                     self._malloc(e["addr"], e["size"], e["stream"])
@@ -493,7 +500,13 @@ def _pending_frees(entries: list[dict]) -> set[int]:
     return out
 
 
-def _replay_one(trace: _Trace, text: str, capacity: int | None, record_use: bool) -> _Run:
+def _replay_one(
+    trace: _Trace,
+    text: str,
+    capacity: int | None,
+    record_use: bool,
+    progress: Callable[[int], None] | None = None,
+) -> _Run:
     recorded = settings_to_config(trace.settings)
     own, use = _split_config(text)
     try:
@@ -508,14 +521,14 @@ def _replay_one(trace: _Trace, text: str, capacity: int | None, record_use: bool
     use = use or record_use
     replayer = _Replayer(trace, config, device, use)
     replayer.setup()
-    oom, oom_at = replayer.run()
+    oom, oom_at = replayer.run(progress)
     stats = replayer.allocator.stats
     sizes = replayer.record.sizes
     peak_allocated = stats.peak(ALLOCATED_BYTES)
     at_peak = replayer.reserved_at_peak
     use_text = "record_use:True" if use else ""
     row = {
-        "config": text or "recorded",
+        "config": text or ("recorded, record_use" if record_use else "recorded"),
         "settings": ",".join(filter(None, [settings_to_config(config.settings()), use_text])),
         "device_malloc": stats.num_device_alloc,
         "device_free": stats.num_device_free,
@@ -545,7 +558,10 @@ def _runs(
     parsed = _read_trace(snapshot, device)
     if capacity is not None and capacity <= 0:
         raise ValueError(f"capacity: must be positive, got {capacity}")
-    return [_replay_one(parsed, text, capacity, record_use) for text in (configs or [""])]
+    texts = configs or [""]
+    name = Path(trace).name if isinstance(trace, (str, Path)) else "the trace"
+    with progress(f"replaying {name}", len(parsed.entries) * len(texts)) as advance:
+        return [_replay_one(parsed, text, capacity, record_use, advance) for text in texts]
 
 
 def replay(
@@ -575,14 +591,6 @@ def _fmt(n: int | None) -> str:
     return f"{n} B"
 
 
-def _console() -> Any:
-    """A rich console; wide when the output is not a terminal, so no column is squeezed."""
-    from rich.console import Console
-
-    console = Console()
-    return console if console.is_terminal else Console(width=160)
-
-
 def _table(rows: list[dict], title: str) -> Any:
     from rich.table import Table
 
@@ -593,15 +601,15 @@ def _table(rows: list[dict], title: str) -> Any:
         "peak reserved",
         "peak allocated",
         "reserved at peak",
-        "reserved/allocated",
+        "reserved / allocated",
         "largest free at peak",
         "OOM",
         "matches trace",
     ):
         if name == "config":
-            table.add_column(name, no_wrap=True)
+            table.add_column(name, overflow="fold")
         else:
-            table.add_column(name, justify="right")
+            table.add_column(name, justify="right", no_wrap=True)
     for row in rows:
         oom = "-" if row["capacity"] is None else ("yes" if row["oom"] else "no")
         table.add_row(
@@ -708,19 +716,20 @@ def main_replay(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         capacity = None if args.capacity is None else parse_bytes(args.capacity, "--capacity")
+        html_out = None if args.html is None else check_output_path(args.html, "--html")
         configs = [""] + [c for c in args.config if c != ""]
         runs = _runs(args.trace, configs, capacity, args.record_use, args.device)
     except (OSError, ValueError) as exc:
-        print(f"vram replay: error: {exc}", file=sys.stderr)
+        print(f"vram replay: error: {describe_error(exc)}", file=sys.stderr)
         return 2
     rows = [run.row for run in runs]
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        console = _console()
-        console.print(_table(rows, f"replay of {args.trace}"))
+        out = console()
+        out.print(fitted(_table(rows, f"replay of {args.trace}"), out.width))
         for note in rows[0]["notes"]:
-            console.print(f"note: {note}")
-    if args.html:
-        write_html(runs, args.html, f"vram replay: {Path(args.trace).name}")
+            out.print(f"note: {note}")
+    if html_out is not None:
+        write_html(runs, html_out, f"vram replay: {Path(args.trace).name}")
     return 0

@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._output import check_output_path
 from ._snapshot_file import load_snapshot
 
-__all__ = ["load_snapshot", "write_html", "write_png"]
+__all__ = ["check_device", "load_snapshot", "snapshot_devices", "write_html", "write_png"]
 
 _HERE = Path(__file__).resolve().parent
 _TEMPLATE = _HERE / "viz_template.html"
@@ -70,8 +71,14 @@ def write_html(
     device: int = 0,
     title: str | None = None,
 ) -> Path:
-    """Write the viewer for ``device`` of ``snapshot`` to ``out``: one HTML file, no network."""
+    """Write the viewer for ``device`` of ``snapshot`` to ``out``: one HTML file, no network.
+
+    ValueError if ``snapshot`` is not a snapshot or holds nothing for ``device``; every
+    string taken from the snapshot is escaped where the page shows it.
+    """
+    out = check_output_path(out, "out")
     snap = load_snapshot(snapshot)
+    check_device(snap, device)
     if title is None:
         title = Path(snapshot).name if isinstance(snapshot, (str, Path)) else "memory snapshot"
     data = _ViewData.build(snap, device).to_json()
@@ -80,7 +87,6 @@ def write_html(
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
     parts = {"TITLE": html.escape(title), "DATA": payload, "SCRIPT": _SCRIPT.read_text()}
     page = re.sub(r"\{\{(TITLE|DATA|SCRIPT)\}\}", lambda m: parts[m[1]], _TEMPLATE.read_text())
-    out = Path(out)
     out.write_text(page, encoding="utf-8")
     return out
 
@@ -91,14 +97,19 @@ def write_png(
     device: int = 0,
     title: str | None = None,
 ) -> Path:
-    """Draw the active-memory timeline of ``device`` with matplotlib and save it to ``out``."""
+    """Draw the active-memory timeline of ``device`` with matplotlib and save it to ``out``.
+
+    ValueError if ``snapshot`` is not a snapshot or holds nothing for ``device``.
+    """
+    out = check_output_path(out, "out")
+    snap = load_snapshot(snapshot)
+    check_device(snap, device)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.collections import PolyCollection
 
-    snap = load_snapshot(snapshot)
     if title is None:
         title = Path(snapshot).name if isinstance(snapshot, (str, Path)) else "memory snapshot"
     view = _ViewData.build(snap, device)
@@ -139,10 +150,28 @@ def write_png(
     ax.set_title(f"{title} - active memory timeline (device {device})")
     ax.legend(loc="upper right")
     fig.tight_layout()
-    out = Path(out)
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+def snapshot_devices(snap: dict) -> list[int]:
+    """The device indices a snapshot holds anything for: trace events or segments."""
+    traced = {i for i, trace in enumerate(snap.get("device_traces") or []) if trace}
+    return sorted(traced | {s.get("device", 0) for s in snap.get("segments") or []})
+
+
+def check_device(snap: dict, device: int) -> None:
+    """ValueError unless ``snap`` holds trace events or segments for ``device``."""
+    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        raise ValueError(f"device: expected a device index (0, 1, ...), got {device!r}")
+    found = snapshot_devices(snap)
+    if device in found:
+        return
+    if not found:
+        raise ValueError("the snapshot is empty: no segments and no trace events to draw")
+    listed = ", ".join(map(str, found))
+    raise ValueError(f"device: the snapshot holds nothing for device {device} (it has {listed})")
 
 
 @dataclass
@@ -404,6 +433,8 @@ class _Layout:
     @classmethod
     def compute(cls, view: _ViewData) -> _Layout:
         sizes = sorted(view.alloc_size, reverse=True)
+        if not sizes:  # segments only: nothing to stack
+            return cls._stack(view, 0)  # type: ignore[return-value]
         count = len(sizes)
         while True:
             if count == 0:  # summarise everything
