@@ -20,7 +20,11 @@ import weakref
 from contextlib import AbstractContextManager
 
 from numba import cuda
-from numba.cuda.core import config
+
+try:
+    from numba.cuda.core import config  # numba-cuda
+except ImportError:  # numba-cuda releases that still read Numba's own configuration
+    from numba.core import config
 
 from .._device import Device
 from ..memory import allocate, empty_cache
