@@ -2,7 +2,7 @@
 stream-aware caching allocator, on real NVIDIA GPUs (``cuda:N``) and a simulated GPU
 (``sim:N``) that runs everywhere."""
 
-from . import backends, memory, ops, sim  # importing ops fills the tensor layer's dispatch table
+from . import backends, memory, ops, optim, sim  # importing ops fills the dispatch table
 from ._device import (
     Device,
     current_device,
@@ -63,5 +63,6 @@ from .memory import (
     set_per_process_memory_fraction,
     use_mem_pool,
 )
+from .ops._foreach import *  # noqa: F403 - PyTorch's vram._foreach_* ops
 
 __version__ = "0.1.0"

@@ -25,7 +25,7 @@ def _nvrtc_loads():
 
 def test_every_shipped_kernel_source_is_known():
     shipped = sorted(path.stem for path in _launch.KERNEL_DIR.glob("*.cu"))
-    assert shipped == ["elementwise"]
+    assert shipped == ["elementwise", "foreach"]
 
 
 @pytest.fixture(scope="module")

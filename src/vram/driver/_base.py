@@ -73,6 +73,10 @@ class Driver(ABC):
     def device_synchronize(self, device: int) -> None:
         """Wait for all work on every stream of the device. Synchronizes."""
 
+    def driver_version(self) -> int:
+        """The CUDA driver's version as cuDriverGetVersion gives it (12010 for 12.1)."""
+        raise NotImplementedError(f"the {self.kind} driver has no CUDA driver version")
+
     # ---- device memory -------------------------------------------------------------
     @abstractmethod
     def malloc(self, device: int, size: int) -> int:

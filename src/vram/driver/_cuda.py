@@ -264,6 +264,9 @@ class CudaDriver(Driver):
             driver="cuda",
         )
 
+    def driver_version(self) -> int:
+        return _check("cuDriverGetVersion", cu.cuDriverGetVersion())
+
     def mem_get_info(self, device: int) -> tuple[int, int]:
         self._use(device)
         free, total = _check("cuMemGetInfo", cu.cuMemGetInfo())

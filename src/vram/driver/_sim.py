@@ -256,6 +256,9 @@ class SimDriver(Driver):
         """Change a device's capacity (bytes); what it holds now is kept."""
         self._mem(device).capacity = check_capacity(capacity, "capacity")
 
+    def driver_version(self) -> int:
+        return 13000  # the sim behaves as a CUDA 13.0 driver
+
     def mem_get_info(self, device: int) -> tuple[int, int]:
         mem = self._mem(device)
         return max(mem.capacity - mem.used, 0), mem.capacity

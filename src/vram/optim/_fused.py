@@ -1,0 +1,342 @@
+"""The fused optimizers' host side: launch plans kept while a group's tensors stay the same,
+the kernels of kernels/fused.cu, and the same arithmetic in NumPy for sim and cpu devices.
+
+A step of a fused group (one device and dtype) is, as in PyTorch's fused path:
+``increment_steps`` (step += 1), the update kernel (one launch per few hundred tensors), and
+when a ``found_inf`` is given ``unskip_steps`` (step -= found_inf). The update kernel reads
+the step, the lr (when a tensor), the grad scale and found_inf on the device: nothing
+synchronizes.
+
+Plans are cached per (group, device, dtypes): while the parameters, gradients and state
+tensors are the same objects as at the last step, the metadata is reused and a step costs a
+few kernel launches from Python. The cache holds gradients weakly (a gradient the user drops
+is freed at once).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._device import Device
+from .._dtypes import float32, float64
+from .._streams import current_stream
+from .._tensor import Tensor
+from ..ops._multi_tensor import ElementListPlan, TensorListPlan, kernel_source
+
+__all__ = ["FusedPlans", "fused_adam", "fused_sgd", "group_by_device_and_dtype"]
+
+
+def _source() -> str:
+    return kernel_source("optim/kernels/fused.cu")
+
+
+def group_by_device_and_dtype(
+    lists: list[list[Any]], key_lists: tuple[int, ...] = (0,)
+) -> dict[tuple, list[int]]:
+    """Indices of the tensors of ``lists[0]`` grouped by (device, dtypes of ``key_lists``)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, p in enumerate(lists[0]):
+        key = (p.device, *(lists[k][i].dtype for k in key_lists))
+        groups.setdefault(key, []).append(i)
+    return groups
+
+
+class _Cached:
+    """A plan and the tensors it was built from (gradients, list 1, held weakly)."""
+
+    __slots__ = ("lists", "grads", "steps", "plan", "step_plan")
+
+    def __init__(self, lists: list[list[Tensor]], steps: list[Tensor] | None) -> None:
+        self.lists = [lst for k, lst in enumerate(lists) if k != 1]
+        self.grads = [weakref.ref(g) for g in lists[1]]
+        self.steps = steps
+        self.plan = TensorListPlan(lists, steps)
+        self.step_plan = ElementListPlan(steps) if steps else None
+
+    def matches(self, lists: list[list[Tensor]], steps: list[Tensor] | None) -> bool:
+        others = [lst for k, lst in enumerate(lists) if k != 1]
+        if len(lists[1]) != len(self.grads) or len(others) != len(self.lists):
+            return False
+        is_ = operator.is_
+        if not all(all(map(is_, a, b)) for a, b in zip(others, self.lists, strict=True)):
+            return False
+        if not all(map(is_, lists[1], (ref() for ref in self.grads))):
+            return False
+        return steps is None or all(map(is_, steps, self.steps))  # type: ignore[arg-type]
+
+
+class FusedPlans:
+    """An optimizer's cached plans, by key (group index, device, dtypes)."""
+
+    def __init__(self) -> None:
+        self._cached: dict[tuple, _Cached] = {}
+
+    def get(self, key: tuple, lists: list[list[Tensor]], steps: list[Tensor] | None) -> _Cached:
+        cached = self._cached.get(key)
+        if cached is None or not cached.matches(lists, steps):
+            cached = _Cached(lists, steps)
+            self._cached[key] = cached
+        return cached
+
+
+# ---- device scalars ------------------------------------------------------------------------
+def _on(device: Device, t: Tensor | None, name: str) -> Tensor | None:
+    """``t`` (a one-element float32 tensor) on ``device``: itself, or a copy."""
+    if t is None:
+        return None
+    if t.numel() != 1 or t.dtype != float32:
+        raise TypeError(f"{name} must be a one-element float32 tensor, got {t.dtype} {t.shape}")
+    return t if t.device == device else t.to(device)
+
+
+def _pointer(t: Tensor | None) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+def _reader(t: Tensor | None) -> Callable[[], float] | None:
+    """For host runs: a function reading ``t``'s element when the queued work runs (the
+    work keeps its address, as a kernel does)."""
+    if t is None:
+        return None
+    if t.device.type == "cpu":
+        array = t.numpy().reshape(-1)
+        return lambda: float(array[0])
+    view, address = t.device.driver.view, t.data_ptr()
+    return lambda: float(view(address, 4).view(np.float32)[0])
+
+
+def _lr(device: Device, lr: Any) -> tuple[float, Tensor | None]:
+    """(lr as a float, lr tensor on the device or None): a cpu tensor lr is read now."""
+    if not isinstance(lr, Tensor):
+        return float(lr), None
+    if lr.device.type == "cpu" and device.type != "cpu":
+        return float(lr.item()), None
+    return 1.0, _on(device, lr, "lr")
+
+
+def _opmath(dt: np.dtype) -> np.dtype:
+    return np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
+
+
+def _increment(step: np.ndarray) -> None:
+    step[0] = step[0] + np.float32(1)
+
+
+# ---- Adam / AdamW ----------------------------------------------------------------------------
+def fused_adam(
+    plans: FusedPlans,
+    group_key: Any,
+    params: list[Tensor],
+    grads: list[Tensor],
+    exp_avgs: list[Tensor],
+    exp_avg_sqs: list[Tensor],
+    max_exp_avg_sqs: list[Tensor],
+    state_steps: list[Tensor],
+    *,
+    amsgrad: bool,
+    beta1: float,
+    beta2: float,
+    lr: float | Tensor,
+    weight_decay: float,
+    eps: float,
+    maximize: bool,
+    adamw: bool,
+    grad_scale: Tensor | None,
+    found_inf: Tensor | None,
+) -> None:
+    """PyTorch's _fused_adam_ / _fused_adamw_ over a group, per device and dtypes."""
+    lists = [params, grads, exp_avgs, exp_avg_sqs] + ([max_exp_avg_sqs] if amsgrad else [])
+    for key, index in group_by_device_and_dtype(lists, (0, 2)).items():
+        device, p_dtype, s_dtype = key
+        sub = [[lst[i] for i in index] for lst in lists]
+        steps = [state_steps[i] for i in index]
+        cached = plans.get((group_key, *key, amsgrad), sub, steps)
+        stream = None if device.type == "cpu" else current_stream(device)
+        lr_value, lr_tensor = _lr(device, lr)
+        scale = _on(device, grad_scale, "grad_scale")
+        found = _on(device, found_inf, "found_inf")
+        assert cached.step_plan is not None
+        cached.step_plan.launch(
+            _source, "vram::optim::increment_steps<{N}>", (), stream, _increment
+        )
+        depth = len(lists)
+        kernel = f"vram::optim::fused_adam<{p_dtype.c_type}, {s_dtype.c_type}, {depth}, {{N}}>"
+        args = (
+            np.float64(lr_value),
+            np.float64(beta1),
+            np.float64(beta2),
+            np.float64(weight_decay),
+            np.float64(eps),
+            _pointer(lr_tensor),
+            _pointer(scale),
+            _pointer(found),
+            np.int32(maximize),
+            np.int32(adamw),
+        )
+        consts = (lr_value, beta1, beta2, weight_decay, eps, maximize, adamw)
+        host = _adam_host(consts, _reader(lr_tensor), _reader(scale), _reader(found))
+        cached.plan.launch(_source, kernel, args, stream, host=host)
+        if found is not None:
+            reader = _reader(found)
+            cached.step_plan.launch(
+                _source,
+                "vram::optim::unskip_steps<{N}>",
+                (_pointer(found),),
+                stream,
+                lambda step, read=reader: _unskip(step, read),
+            )
+
+
+def _unskip(step: np.ndarray, read: Callable[[], float] | None) -> None:
+    assert read is not None
+    step[0] = step[0] - np.float32(1) * np.float32(read())
+
+
+def _adam_host(
+    consts: tuple,
+    lr_reader: Callable[[], float] | None,
+    scale_reader: Callable[[], float] | None,
+    found_reader: Callable[[], float] | None,
+) -> Callable[[list[np.ndarray], np.ndarray], None]:
+    """The fused Adam kernel's arithmetic in NumPy (kernels/fused.cu: adam_math)."""
+    lr0, beta1, beta2, weight_decay, eps, maximize, adamw = consts
+
+    def run(arrays: list[np.ndarray], step_view: np.ndarray) -> None:
+        if found_reader is not None and found_reader() == 1:
+            return
+        lr = lr_reader() if lr_reader is not None else lr0
+        scale = scale_reader() if scale_reader is not None else None
+        param, grad, exp_avg, exp_avg_sq = arrays[:4]
+        math_t = _opmath(param.dtype)
+        f64 = np.float64
+        step = float(step_view[0])
+        bc1 = math_t.type(1 - math.pow(beta1, step))
+        bc2_sqrt = math_t.type(math.sqrt(1 - math.pow(beta2, step)))
+        p = param.astype(math_t)
+        g = grad.astype(math_t)
+        if scale is not None:
+            g = (g.astype(f64) / scale).astype(math_t)
+            grad[...] = g.astype(grad.dtype)
+        if maximize:
+            g = -g
+        if weight_decay != 0:
+            if adamw:
+                p = (p.astype(f64) - (lr * weight_decay) * p.astype(f64)).astype(math_t)
+            else:
+                g = (g.astype(f64) + p.astype(f64) * weight_decay).astype(math_t)
+        g64 = g.astype(f64)
+        m = (beta1 * exp_avg.astype(math_t).astype(f64) + (1 - beta1) * g64).astype(math_t)
+        v = (beta2 * exp_avg_sq.astype(math_t).astype(f64) + (1 - beta2) * g64 * g64).astype(math_t)
+        step_size = math_t.type(lr / float(bc1))
+        if len(arrays) == 5:
+            largest = arrays[4].astype(math_t)
+            largest = np.where(largest < v, v, largest)
+            arrays[4][...] = largest.astype(arrays[4].dtype)
+            root = np.sqrt(largest)
+        else:
+            root = np.sqrt(v)
+        denom = ((root / bc2_sqrt).astype(f64) + eps).astype(math_t)
+        p = p - step_size * m / denom
+        param[...] = p.astype(param.dtype)
+        exp_avg[...] = m.astype(exp_avg.dtype)
+        exp_avg_sq[...] = v.astype(exp_avg_sq.dtype)
+
+    return run
+
+
+# ---- SGD ----------------------------------------------------------------------------------------
+def fused_sgd(
+    plans: FusedPlans,
+    group_key: Any,
+    params: list[Tensor],
+    grads: list[Tensor],
+    momentum_buffers: list[Tensor] | None,
+    *,
+    weight_decay: float,
+    momentum: float,
+    lr: float | Tensor,
+    dampening: float,
+    nesterov: bool,
+    maximize: bool,
+    first_step: bool,
+    grad_scale: Tensor | None,
+    found_inf: Tensor | None,
+) -> None:
+    """PyTorch's _fused_sgd_ over a group, per device and dtype (``momentum_buffers`` None
+    when momentum is 0)."""
+    lists = [params, grads] + ([momentum_buffers] if momentum_buffers is not None else [])
+    for key, index in group_by_device_and_dtype(lists).items():
+        device, p_dtype = key
+        sub = [[lst[i] for i in index] for lst in lists]
+        cached = plans.get((group_key, *key, len(lists), first_step), sub, None)
+        stream = None if device.type == "cpu" else current_stream(device)
+        lr_value, lr_tensor = _lr(device, lr)
+        scale = _on(device, grad_scale, "grad_scale")
+        found = _on(device, found_inf, "found_inf")
+        kernel = f"vram::optim::fused_sgd<{p_dtype.c_type}, {len(lists)}, {{N}}>"
+        args = (
+            np.float64(lr_value),
+            np.float64(weight_decay),
+            np.float64(momentum),
+            np.float64(dampening),
+            _pointer(lr_tensor),
+            _pointer(scale),
+            _pointer(found),
+            np.int32(nesterov),
+            np.int32(maximize),
+            np.int32(first_step),
+        )
+        consts = (lr_value, weight_decay, momentum, dampening, nesterov, maximize, first_step)
+        host = _sgd_host(consts, _reader(lr_tensor), _reader(scale), _reader(found))
+        cached.plan.launch(_source, kernel, args, stream, host=host)
+
+
+def _sgd_host(
+    consts: tuple,
+    lr_reader: Callable[[], float] | None,
+    scale_reader: Callable[[], float] | None,
+    found_reader: Callable[[], float] | None,
+) -> Callable[[list[np.ndarray], Any], None]:
+    """The fused SGD kernel's arithmetic in NumPy (kernels/fused.cu: sgd_math)."""
+    lr0, weight_decay, momentum, dampening, nesterov, maximize, first_step = consts
+
+    def run(arrays: list[np.ndarray], _: Any) -> None:
+        if found_reader is not None and found_reader() == 1:
+            return
+        lr = lr_reader() if lr_reader is not None else lr0
+        scale = scale_reader() if scale_reader is not None else None
+        param, grad = arrays[:2]
+        math_t = _opmath(param.dtype)
+        f64 = np.float64
+        p = param.astype(math_t)
+        g = grad.astype(math_t)
+        if scale is not None:
+            g = (g.astype(f64) / scale).astype(math_t)
+            grad[...] = g.astype(grad.dtype)
+        if maximize:
+            g = -g
+        if weight_decay != 0:
+            g = (g.astype(f64) + weight_decay * p.astype(f64)).astype(math_t)
+        if len(arrays) == 3:
+            buf = arrays[2]
+            if first_step:
+                mb = g.astype(f64)
+            else:
+                old = buf.astype(math_t).astype(f64)
+                mb = momentum * old + (1 - dampening) * g.astype(f64)
+            through = float64.np if math_t == np.float64 else np.dtype(np.float32)
+            buf[...] = mb.astype(through).astype(buf.dtype)
+            if nesterov:
+                g = (g.astype(f64) + momentum * mb).astype(math_t)
+            else:
+                g = mb.astype(math_t)
+        p = (p.astype(f64) - lr * g.astype(f64)).astype(math_t)
+        param[...] = p.astype(param.dtype)
+
+    return run
