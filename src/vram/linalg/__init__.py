@@ -1,0 +1,37 @@
+"""Linear algebra on cuSOLVER and cuBLAS: torch.linalg's LU family, with its names and meanings.
+
+    LU, pivots = vram.linalg.lu_factor(A)          # (*, n, n) float32/64, complex64/128
+    X = vram.linalg.lu_solve(LU, pivots, B)
+    X = vram.linalg.solve(A, B)                     # LinAlgError where A is singular
+
+Each call picks cuBLAS's batched routines (small matrices in large batches), cuSOLVER's per
+matrix with ONE workspace for the batch (large matrices), or cuSOLVER's spread over side
+streams (in between), by a crossover table measured on an H100 (``_dispatch``);
+``vram.backends.cuda.preferred_linalg_library`` overrides it. On the simulated GPU the same
+dispatch runs, with NumPy standing in for the libraries (LAPACK's semantics).
+"""
+
+from ._checks import LinAlgError
+from ._dispatch import plan_lu, plan_solve
+from ._lu import LUFactor, LUFactorEx, lu_factor, lu_factor_ex
+from ._solve import InvEx, Slogdet, SolveEx, det, inv, inv_ex, lu_solve, slogdet, solve, solve_ex
+
+__all__ = [
+    "LinAlgError",
+    "LUFactor",
+    "LUFactorEx",
+    "SolveEx",
+    "InvEx",
+    "Slogdet",
+    "lu_factor",
+    "lu_factor_ex",
+    "lu_solve",
+    "solve",
+    "solve_ex",
+    "inv",
+    "inv_ex",
+    "det",
+    "slogdet",
+    "plan_lu",
+    "plan_solve",
+]

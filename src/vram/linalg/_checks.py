@@ -1,0 +1,130 @@
+"""Argument checks and error reports of vram.linalg, worded as torch.linalg words them.
+
+- Bad arguments raise before anything is queued: RuntimeError for shapes and dtypes (as
+  PyTorch), TypeError for what is not a tensor, ValueError for tensors on different devices.
+- ``check_errors(info, api, is_matrix)`` is PyTorch's ``_linalg_check_errors``: it copies
+  ``info`` to the host (so it synchronizes the current stream) and raises ``LinAlgError``
+  naming the first failing batch element and its zero pivot.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._dtypes import complex64, complex128, dtype, float32, float64
+from .._tensor import Tensor, broadcast_shapes
+
+__all__ = [
+    "LinAlgError",
+    "SUPPORTED",
+    "check_matrix",
+    "check_same",
+    "check_errors",
+    "batch_shape",
+    "broadcast_batch",
+]
+
+SUPPORTED: tuple[dtype, ...] = (float32, float64, complex64, complex128)
+
+
+class LinAlgError(RuntimeError):
+    """A linear algebra routine failed on its input (PyTorch's torch.linalg.LinAlgError):
+    a singular matrix where the result needs an invertible one."""
+
+
+def check_matrix(api: str, A: object, name: str = "A", square: bool = True) -> Tensor:
+    """``A`` is a tensor of (batches of) matrices of a supported dtype on a GPU or sim."""
+    if not isinstance(A, Tensor):
+        raise TypeError(f"{api}: argument '{name}' must be a vram.Tensor, got {type(A).__name__}")
+    if A.ndim < 2:
+        raise RuntimeError(
+            f"{api}: The input tensor {name} must have at least 2 dimensions, "
+            f"but got shape {tuple(A.shape)}."
+        )
+    if square and A.shape[-1] != A.shape[-2]:
+        raise RuntimeError(
+            f"{api}: {name} must be batches of square matrices, but they are "
+            f"{A.shape[-2]} by {A.shape[-1]} matrices"
+        )
+    if A.dtype not in SUPPORTED:
+        raise RuntimeError(
+            f"{api}: Expected a floating point or complex tensor as input. Got {A.dtype.name} "
+            f"(argument '{name}'; supported: float32, float64, complex64, complex128)"
+        )
+    if A.device.type not in ("cuda", "sim"):
+        raise ValueError(
+            f"{api}: argument '{name}' is on {A.device}; vram.linalg runs on cuda and sim devices"
+        )
+    return A
+
+
+def check_same(api: str, first: tuple[str, Tensor], other: tuple[str, Tensor]) -> None:
+    """``other`` has the dtype and device of ``first``."""
+    (a_name, a), (b_name, b) = first, other
+    if not isinstance(b, Tensor):
+        raise TypeError(f"{api}: argument '{b_name}' must be a vram.Tensor, got {type(b).__name__}")
+    if b.device != a.device:
+        raise ValueError(
+            f"{api}: argument '{b_name}' is on {b.device}, but '{a_name}' is on {a.device}; "
+            "all tensors must be on one device"
+        )
+    if b.dtype != a.dtype:
+        raise RuntimeError(
+            f"{api}: Expected {a_name} and {b_name} to have the same dtype, but found "
+            f"{a_name} of type {a.dtype.name} and {b_name} of type {b.dtype.name} instead"
+        )
+
+
+def batch_shape(t: Tensor) -> tuple[int, ...]:
+    return tuple(t.shape[:-2])
+
+
+def broadcast_batch(api: str, a: tuple[str, Tensor], b: tuple[str, Tensor]) -> tuple[int, ...]:
+    """The batch shape the two tensors' batch dimensions broadcast to."""
+    try:
+        return broadcast_shapes(batch_shape(a[1]), batch_shape(b[1]))
+    except ValueError:
+        raise RuntimeError(
+            f"{api}: the batch dimensions of {a[0]} {batch_shape(a[1])} and "
+            f"{b[0]} {batch_shape(b[1])} cannot be broadcast together"
+        ) from None
+
+
+def _describe(api: str, info: int) -> str:
+    if "inv" in api:
+        return (
+            f"The diagonal element {info} is zero, the inversion could not be completed "
+            "because the input matrix is singular."
+        )
+    if "solve" in api:
+        return "The solver failed because the input matrix is singular."
+    return (
+        f"U[{info},{info}] is zero and using it on lu_solve would result in a division by "
+        "zero. If you still want to perform the factorization, consider calling "
+        "vram.linalg.lu_factor_ex(A, pivot)"
+    )
+
+
+def check_errors(info: Tensor, api: str, is_matrix: bool) -> None:
+    """Raise LinAlgError for the first nonzero ``info`` (PyTorch's _linalg_check_errors).
+
+    Synchronizes: ``info`` is copied to the host.
+    """
+    if info.numel() == 0:
+        return
+    values = info.numpy().reshape(-1)
+    bad = np.flatnonzero(values)
+    if bad.size == 0:
+        return
+    first = int(bad[0])
+    value = int(values[first])
+    where = "" if is_matrix else f": (Batch element {first})"
+    if value < 0:  # a library said an argument was wrong: a bug in vram, not in the input
+        raise RuntimeError(f"{api}{where}: Argument {-value} has illegal value.")
+    raise LinAlgError(f"{api}{where}: {_describe(api, value)}")
+
+
+def numel(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)

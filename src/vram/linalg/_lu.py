@@ -1,0 +1,194 @@
+"""LU factorization: lu_factor_ex and lu_factor (torch.linalg's), and ``factor``, the step that
+solve, inv, det and slogdet share.
+
+Layout (PyTorch's): LU is a (*, m, n) tensor whose matrices are column-major, one after
+another (``LU.mT`` is contiguous: strides (m*n, 1, m)); pivots (*, min(m, n)) int32 1-based
+(LAPACK's); info (*,) int32. The input is copied into LU by one strided copy on the device,
+then factored in place by the plan ``_dispatch.plan_lu`` picks:
+
+- "cublas": getrfBatched over a device array of matrix pointers, made by a kernel into the
+  "linalg" workspace (no host copy);
+- "cusolver" / "streams": getrf for each matrix with the workspace size queried ONCE and
+  ONE workspace per stream from ``vram.memory.get_workspace`` (pytorch#181997's fix).
+  Xgetrf (the 64-bit API) where the matrix is too large for the legacy one, or where the
+  table names an algorithm: its int64 pivots go to the "linalg" workspace, and one kernel
+  turns them into PyTorch's int32 pivots at the end.
+
+Device allocations per call, whatever the batch: LU, pivots and info (three tensors), and
+the workspaces the first time a (library, stream, thread) needs them, or needs more.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from .. import memory
+from .._dtypes import int32
+from .._streams import Stream, current_stream
+from .._tensor import Tensor
+from ..driver._cusolver import X_API_ELEMENTS
+from . import _checks
+from ._batch import run_batch
+from ._dispatch import Plan, plan_lu
+from ._libs import libs_for
+
+__all__ = ["lu_factor_ex", "lu_factor", "factor", "column_major_empty", "LUFactor", "LUFactorEx"]
+
+
+class LUFactor(NamedTuple):
+    LU: Tensor
+    pivots: Tensor
+
+
+class LUFactorEx(NamedTuple):
+    LU: Tensor
+    pivots: Tensor
+    info: Tensor
+
+
+def column_major_empty(batch: tuple[int, ...], m: int, n: int, like: Tensor) -> Tensor:
+    """An uninitialized (*batch, m, n) tensor whose matrices are column-major, packed."""
+    storage = Tensor._empty((*batch, n, m), like.dtype, like.device)
+    return storage.transpose(-2, -1)
+
+
+def factor(
+    lu: Tensor, pivots: Tensor, info: Tensor, pivot: bool = True, plan: Plan | None = None
+) -> Plan:
+    """Factor in place the packed column-major matrices of ``lu`` (*, m, n), writing
+    ``pivots`` (*, min(m, n)) int32 and ``info`` (*,) int32 (all contiguous, one device).
+
+    Queued on the current stream; returns the plan it ran. Nothing synchronizes.
+    """
+    *batch_dims, m, n = lu.shape
+    batch = math.prod(batch_dims)
+    k = min(m, n)
+    if batch == 0:
+        return Plan("cusolver")
+    if k == 0:
+        info.zero_()
+        return Plan("cusolver")
+    dtype = lu.dtype.name
+    stream = current_stream(lu.device)
+    libs = libs_for(lu.device.type)
+    plan = plan or plan_lu(m, n, batch, dtype)
+    item = lu.dtype.itemsize
+    base, stride = lu.data_ptr(), m * n * item
+    ipiv, infos = pivots.data_ptr(), info.data_ptr()
+    if plan.path == "cublas":
+        arrays = memory.get_workspace(8 * batch, library="linalg", device=lu.device, stream=stream)
+        libs.pointers(stream, arrays, base, stride, batch)
+        libs.getrf_batched(stream, dtype, n, arrays, m, ipiv if pivot else 0, infos, batch)
+    elif plan.algo is None and m * n < X_API_ELEMENTS:
+        _getrf_legacy(libs, stream, plan, dtype, m, n, batch, base, stride, ipiv, infos, pivot)
+    else:
+        _getrf_x(libs, stream, plan, dtype, m, n, batch, base, stride, ipiv, infos, pivot)
+    if not pivot:  # PyTorch returns the trivial permutation
+        libs.trivial_pivots(stream, ipiv, k, batch * k)
+    return plan
+
+
+def _getrf_legacy(
+    libs,
+    stream: Stream,
+    plan: Plan,
+    dtype: str,
+    m: int,
+    n: int,
+    batch: int,
+    base: int,
+    stride: int,
+    ipiv: int,
+    infos: int,
+    pivot: bool,
+) -> None:
+    """cusolverDn<t>getrf per matrix: int32 pivots straight into ``pivots``."""
+    k = min(m, n)
+    lwork = libs.getrf_workspace(stream, dtype, m, n, base, m)  # once for the whole batch
+
+    def workspace(s: Stream) -> int:
+        return memory.get_workspace(lwork, library="cusolver", device=s.device, stream=s)
+
+    def call(s: Stream, ws: int, i: int) -> None:
+        piv = ipiv + 4 * k * i if pivot else 0
+        libs.getrf(s, dtype, m, n, base + stride * i, m, ws, lwork, piv, infos + 4 * i)
+
+    run_batch(stream, batch, plan.streams, workspace, call)
+
+
+def _getrf_x(
+    libs,
+    stream: Stream,
+    plan: Plan,
+    dtype: str,
+    m: int,
+    n: int,
+    batch: int,
+    base: int,
+    stride: int,
+    ipiv: int,
+    infos: int,
+    pivot: bool,
+) -> None:
+    """cusolverDnXgetrf per matrix: int64 pivots into the "linalg" workspace of ``stream``,
+    turned into ``pivots`` (int32) by one kernel when every matrix is done."""
+    k = min(m, n)
+    algo = plan.algo or 0
+    lwork, host = libs.xgetrf_workspace(stream, dtype, m, n, base, m, algo)
+    pivots64 = 0
+    if pivot:
+        pivots64 = memory.get_workspace(
+            8 * k * batch, library="linalg", device=stream.device, stream=stream
+        )
+
+    def workspace(s: Stream) -> int:
+        return memory.get_workspace(lwork, library="cusolver", device=s.device, stream=s)
+
+    def call(s: Stream, ws: int, i: int) -> None:
+        piv = pivots64 + 8 * k * i if pivot else 0
+        libs.xgetrf(s, dtype, m, n, base + stride * i, m, piv, ws, lwork, host, infos + 4 * i, algo)
+
+    run_batch(stream, batch, plan.streams, workspace, call)
+    if pivot:
+        libs.pivots_to_int32(stream, ipiv, pivots64, k * batch)
+
+
+def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False) -> LUFactorEx:
+    """LU factorization with partial pivoting of (batches of) matrices: (LU, pivots, info).
+
+    As torch.linalg.lu_factor_ex: ``A`` (*, m, n) float32, float64, complex64 or complex128;
+    LU (*, m, n) with column-major matrices, L's unit diagonal implicit; pivots (*, min(m, n))
+    int32, 1-based; info (*,) int32: 0, or i for a zero pivot U[i-1, i-1] (the factorization
+    still completes). ``pivot=False`` factors without row interchanges (pivots are then
+    1..k). ``check_errors=True`` raises LinAlgError for a nonzero info (synchronizes).
+    Queued on the current stream.
+    """
+    api = "vram.linalg.lu_factor_ex"
+    _checks.check_matrix(api, A, square=False)
+    LU, pivots, info = _factor_new(A, pivot)
+    if check_errors:
+        _checks.check_errors(info, api, A.ndim == 2)
+    return LUFactorEx(LU, pivots, info)
+
+
+def _factor_new(A: Tensor, pivot: bool, plan: Plan | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    *batch, m, n = A.shape
+    LU = column_major_empty(tuple(batch), m, n, A)
+    if A.numel():
+        LU.copy_(A)
+    pivots = Tensor._empty((*batch, min(m, n)), int32, A.device)
+    info = Tensor._empty(tuple(batch), int32, A.device)
+    factor(LU, pivots, info, pivot, plan)
+    return LU, pivots, info
+
+
+def lu_factor(A: Tensor, *, pivot: bool = True) -> LUFactor:
+    """(LU, pivots) of ``A``, as torch.linalg.lu_factor: lu_factor_ex's, and LinAlgError
+    naming the batch element and the zero pivot where ``A`` is singular. Synchronizes (to
+    read info)."""
+    api = "vram.linalg.lu_factor"
+    _checks.check_matrix(api, A, square=False)
+    LU, pivots, info = _factor_new(A, pivot)
+    _checks.check_errors(info, api, A.ndim == 2)
+    return LUFactor(LU, pivots)

@@ -1,0 +1,376 @@
+"""Solves from an LU factorization: lu_solve, solve(_ex), inv(_ex), det and slogdet.
+
+- ``solve_in_place(lu, pivots, x, trans)`` runs getrs on packed column-major matrices by the
+  plan ``_dispatch.plan_solve`` picks: cuBLAS getrsBatched over device pointer arrays,
+  or cuSOLVER getrs per matrix on the current stream or over side streams.
+- solve, inv, det and slogdet factor A^T when A is contiguous (row-major A's memory read
+  column-major *is* A^T), which saves the transposing copy: they then solve with A^T's
+  factors transposed, and det(A^T) = det(A). This is PyTorch's optimization, extended to
+  complex inputs (a transpose, not a conjugate transpose, so nothing is conjugated).
+- ``XA = B`` (``left=False``) is solved as ``A^T X^T = B^T``: X^T is column-major exactly
+  where X is row-major, so the result needs no copy; only ``lu_solve(..., left=False,
+  adjoint=True)`` of complex matrices conjugates (twice, in place).
+All of it is queued on the current stream; only the functions that check for singular
+inputs (lu_solve never does; solve and inv do) synchronize, to read info.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from .. import memory
+from .._dtypes import complex64, complex128, float32, float64, int32
+from .._streams import Stream, current_stream
+from .._tensor import Tensor, contiguous_strides
+from ..driver._cusolver import OP_C, OP_N, OP_T, X_API_ELEMENTS
+from . import _checks
+from ._batch import run_batch
+from ._dispatch import Plan, plan_solve
+from ._libs import libs_for
+from ._lu import column_major_empty, factor
+
+__all__ = [
+    "lu_solve",
+    "solve",
+    "solve_ex",
+    "inv",
+    "inv_ex",
+    "det",
+    "slogdet",
+    "solve_in_place",
+    "SolveEx",
+    "InvEx",
+    "Slogdet",
+]
+
+
+_REAL = {complex64: float32, complex128: float64}  # logabsdet's dtype
+
+
+class SolveEx(NamedTuple):
+    result: Tensor
+    info: Tensor
+
+
+class InvEx(NamedTuple):
+    inverse: Tensor
+    info: Tensor
+
+
+class Slogdet(NamedTuple):
+    sign: Tensor
+    logabsdet: Tensor
+
+
+def solve_in_place(
+    lu: Tensor, pivots: Tensor, x: Tensor, trans: int, plan: Plan | None = None
+) -> Plan:
+    """Solve op(A) X = B in place of ``x`` (*, n, nrhs), packed column-major, from ``lu``
+    (*, n, n) packed column-major and ``pivots`` (*, n) contiguous, one batch for all three.
+    ``trans``: OP_N, OP_T or OP_C. Queued on the current stream; returns the plan it ran."""
+    *batch_dims, n, nrhs = x.shape
+    batch = math.prod(batch_dims)
+    if batch == 0 or n == 0 or nrhs == 0:
+        return Plan("cusolver")
+    dtype = x.dtype.name
+    stream = current_stream(x.device)
+    libs = libs_for(x.device.type)
+    plan = plan or plan_solve(n, nrhs, batch, dtype)
+    item = x.dtype.itemsize
+    a, a_step = lu.data_ptr(), n * n * item
+    b, b_step = x.data_ptr(), n * nrhs * item
+    ipiv = pivots.data_ptr()
+    device = x.device
+    if plan.path == "cublas":
+        arrays = memory.get_workspace(16 * batch, library="linalg", device=device, stream=stream)
+        libs.pointers(stream, arrays, a, a_step, batch)
+        libs.pointers(stream, arrays + 8 * batch, b, b_step, batch)
+        libs.getrs_batched(
+            stream, dtype, trans, n, nrhs, arrays, n, ipiv, arrays + 8 * batch, n, batch
+        )
+        return plan
+    wide = n * n >= X_API_ELEMENTS or n * nrhs >= X_API_ELEMENTS
+    # per matrix: an info slot (getrs reports bad arguments there), and for Xgetrs the
+    # pivots as int64
+    infos_bytes = -(-4 * batch // 256) * 256
+    scratch = memory.get_workspace(
+        infos_bytes + (8 * n * batch if wide else 0), library="linalg", device=device, stream=stream
+    )
+    pivots64 = scratch + infos_bytes
+    if wide:
+        libs.pivots_to_int64(stream, pivots64, ipiv, n * batch)
+
+    def no_workspace(s: Stream) -> None:
+        return None
+
+    def call(s: Stream, ws: None, i: int) -> None:
+        info = scratch + 4 * i
+        if wide:
+            piv = pivots64 + 8 * n * i
+            libs.xgetrs(s, dtype, trans, n, nrhs, a + a_step * i, n, piv, b + b_step * i, n, info)
+        else:
+            piv = ipiv + 4 * n * i
+            libs.getrs(s, dtype, trans, n, nrhs, a + a_step * i, n, piv, b + b_step * i, n, info)
+
+    run_batch(stream, batch, plan.streams, no_workspace, call)
+    return plan
+
+
+# ---- lu_solve ------------------------------------------------------------------------------
+
+
+def _check_pivots(api: str, LU: Tensor, pivots: object) -> Tensor:
+    if not isinstance(pivots, Tensor):
+        raise TypeError(
+            f"{api}: argument 'pivots' must be a vram.Tensor, got {type(pivots).__name__}"
+        )
+    if pivots.dtype != int32:
+        raise RuntimeError(
+            f"{api}: pivots should be a Tensor of scalar type vram.int32, got {pivots.dtype.name}"
+        )
+    if pivots.device != LU.device:
+        raise ValueError(
+            f"{api}: argument 'pivots' is on {pivots.device}, but 'LU' is on {LU.device}; "
+            "all tensors must be on one device"
+        )
+    if pivots.ndim >= 1 and pivots.shape[-1] != LU.shape[-1] and pivots.ndim == LU.ndim - 1:
+        raise RuntimeError(
+            f"{api}: Number of pivots per batch should be same as the dimension of the matrix"
+        )
+    if tuple(pivots.shape) != tuple(LU.shape[:-1]):
+        raise RuntimeError(
+            f"{api}: Expected LU.shape[:-1] and pivots.shape to be the same, but got pivots "
+            f"with shape {list(pivots.shape)} instead"
+        )
+    return pivots
+
+
+def _check_rhs(api: str, n: int, B: Tensor, left: bool) -> None:
+    rows, cols = B.shape[-2], B.shape[-1]
+    if (rows if left else cols) != n:
+        equation = "AX = B" if left else "XA = B"
+        raise RuntimeError(
+            f"{api}: Incompatible shapes of A and B for the equation {equation} "
+            f"({n}x{n} and {rows}x{cols})"
+        )
+
+
+def _packed_factors(lu: Tensor, pivots: Tensor, batch: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """``lu`` and ``pivots`` with ``batch`` batch dims, packed (column-major matrices,
+    contiguous pivots): as they are when they already are, else copied."""
+    n = lu.shape[-1]
+    if tuple(lu.shape[:-2]) != batch or not lu.transpose(-2, -1).is_contiguous():
+        packed = column_major_empty(batch, n, n, lu)
+        packed.copy_(lu.expand(*batch, n, n))
+        lu = packed
+    if tuple(pivots.shape[:-1]) != batch or not pivots.is_contiguous():
+        packed = Tensor._empty((*batch, n), int32, pivots.device)
+        packed.copy_(pivots.expand(*batch, n))
+        pivots = packed
+    return lu, pivots
+
+
+def _solve_packed(
+    lu: Tensor, pivots: Tensor, B: Tensor, left: bool, trans: int, conjugate: bool
+) -> Tensor:
+    """X for ``lu`` (packed, with the batch dims of the result) and any ``B``: with ``left``,
+    op(A) X = B; else op(A) X^T = B^T (or X^H, B^H when ``conjugate``) and X is returned."""
+    batch = tuple(lu.shape[:-2])
+    n = lu.shape[-1]
+    if left:
+        nrhs = B.shape[-1]
+        x = column_major_empty(batch, n, nrhs, B)
+        x.copy_(B.expand(*batch, n, nrhs))
+        solve_in_place(lu, pivots, x, trans)
+        return x
+    nrhs = B.shape[-2]
+    out = Tensor._empty((*batch, nrhs, n), B.dtype, B.device)  # X, row-major: X^T column-major
+    out.copy_(B.expand(*batch, nrhs, n))
+    stream = current_stream(B.device)
+    libs = libs_for(B.device.type)
+    if conjugate:
+        libs.conj(stream, B.dtype.name, out.data_ptr(), out.numel())
+    solve_in_place(lu, pivots, out.transpose(-2, -1), trans)
+    if conjugate:
+        libs.conj(stream, B.dtype.name, out.data_ptr(), out.numel())
+    return out
+
+
+def lu_solve(
+    LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True, adjoint: bool = False
+) -> Tensor:
+    """X with A X = B (``left``) or X A = B, from lu_factor's (LU, pivots) of A; ``adjoint``
+    solves with A^H instead of A. As torch.linalg.lu_solve: batch dims of LU and B broadcast.
+    Queued on the current stream; singular factors give Inf/NaN, not an error."""
+    api = "vram.linalg.lu_solve"
+    _checks.check_matrix(api, LU, "LU")
+    _check_pivots(api, LU, pivots)
+    _checks.check_same(api, ("LU", LU), ("B", B))
+    if B.ndim < 2:
+        raise RuntimeError(f"{api}: The input tensor B must have at least 2 dimensions.")
+    n = LU.shape[-1]
+    _check_rhs(api, n, B, left)
+    batch = _checks.broadcast_batch(api, ("LU", LU), ("B", B))
+    lu, piv = _packed_factors(LU, pivots, batch)
+    complex_ = LU.dtype.is_complex
+    if left:
+        trans = (OP_C if complex_ else OP_T) if adjoint else OP_N
+        return _solve_packed(lu, piv, B, True, trans, False)
+    # X A = B: A^T X^T = B^T; X A^H = B: A X^H = B^H
+    trans = OP_N if adjoint else OP_T
+    return _solve_packed(lu, piv, B, False, trans, adjoint and complex_)
+
+
+# ---- solve ---------------------------------------------------------------------------------
+
+
+def _factor_for_solve(A: Tensor) -> tuple[Tensor, Tensor, Tensor, bool]:
+    """(lu, pivots, info, transposed): the LU factors of A, or of A^T (``transposed``) when
+    A is contiguous, which saves the transposing copy."""
+    *batch, n, _ = A.shape
+    transposed = A.is_contiguous()
+    if transposed:
+        storage = Tensor._empty(tuple(A.shape), A.dtype, A.device)
+        lu = storage.transpose(-2, -1)  # A^T, packed column-major
+        if A.numel():
+            storage.copy_(A)
+    else:
+        lu = column_major_empty(tuple(batch), n, n, A)
+        if A.numel():
+            lu.copy_(A)
+    pivots = Tensor._empty((*batch, n), int32, A.device)
+    info = Tensor._empty(tuple(batch), int32, A.device)
+    factor(lu, pivots, info)
+    return lu, pivots, info, transposed
+
+
+def _is_vector_rhs(A: Tensor, B: Tensor) -> bool:
+    """PyTorch's rule: B is a (batch of) vector(s) when 1-D, or shaped like A without its
+    last dimension."""
+    return B.ndim == 1 or (B.ndim == A.ndim - 1 and tuple(B.shape) == tuple(A.shape[:-1]))
+
+
+def _solve_ex(api: str, A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
+    _checks.check_matrix(api, A)
+    _checks.check_same(api, ("A", A), ("B", B))
+    if B.ndim < 1:
+        raise RuntimeError(f"{api}: The input tensor B must have at least 1 dimensions.")
+    vector = _is_vector_rhs(A, B)
+    rhs = B.reshape(*B.shape, 1) if vector else B
+    n = A.shape[-1]
+    _check_rhs(api, n, rhs, left)
+    batch = _checks.broadcast_batch(api, ("A", A), ("B", rhs))
+    lu, pivots, info, transposed = _factor_for_solve(A)
+    lu, pivots = _packed_factors(lu, pivots, batch)
+    # left: A X = B (or A^T's factors, transposed); right: A^T X^T = B^T
+    trans = OP_N if left != transposed else OP_T
+    x = _solve_packed(lu, pivots, rhs, left, trans, False)
+    return (x[..., 0] if vector else x), info
+
+
+def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = False) -> SolveEx:
+    """(X, info) with A X = B (``left``) or X A = B, as torch.linalg.solve_ex: B may be a
+    (batch of) vector(s); batch dims broadcast; info (A's batch) as lu_factor_ex's.
+    ``check_errors=True`` raises LinAlgError for a singular A (synchronizes)."""
+    api = "vram.linalg.solve_ex"
+    x, info = _solve_ex(api, A, B, left)
+    if check_errors:
+        _checks.check_errors(info, api, A.ndim == 2)
+    return SolveEx(x, info)
+
+
+def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
+    """X with A X = B (``left``) or X A = B, as torch.linalg.solve; LinAlgError naming the
+    batch element where A is singular. Synchronizes (to read info)."""
+    api = "vram.linalg.solve"
+    x, info = _solve_ex(api, A, B, left)
+    _checks.check_errors(info, api, A.ndim == 2)
+    return x
+
+
+# ---- inv -----------------------------------------------------------------------------------
+
+
+def _inv_ex(api: str, A: Tensor) -> tuple[Tensor, Tensor]:
+    _checks.check_matrix(api, A)
+    *batch, n, _ = A.shape
+    lu, pivots, info, transposed = _factor_for_solve(A)
+    x = column_major_empty(tuple(batch), n, n, A)
+    x.zero_()
+    if x.numel():  # the identity: ones on the diagonal of every matrix
+        batch_strides = tuple(s * n * n for s in contiguous_strides(tuple(batch)))
+        x._view((*batch, n), (*batch_strides, n + 1), 0).fill_(1)
+    solve_in_place(lu, pivots, x, OP_T if transposed else OP_N)
+    return x, info
+
+
+def inv_ex(A: Tensor, *, check_errors: bool = False) -> InvEx:
+    """(A^-1, info), as torch.linalg.inv_ex; ``check_errors=True`` raises LinAlgError for a
+    singular A (synchronizes)."""
+    api = "vram.linalg.inv_ex"
+    x, info = _inv_ex(api, A)
+    if check_errors:
+        _checks.check_errors(info, api, A.ndim == 2)
+    return InvEx(x, info)
+
+
+def inv(A: Tensor) -> Tensor:
+    """A^-1 (column-major matrices, as PyTorch's), as torch.linalg.inv; LinAlgError naming
+    the batch element and the zero pivot where A is singular. Synchronizes."""
+    api = "vram.linalg.inv"
+    x, info = _inv_ex(api, A)
+    _checks.check_errors(info, api, A.ndim == 2)
+    return x
+
+
+# ---- determinants --------------------------------------------------------------------------
+
+
+def _factored(api: str, A: Tensor) -> tuple[Tensor, Tensor, tuple[int, ...], int]:
+    _checks.check_matrix(api, A)
+    *batch, n, _ = A.shape
+    lu, pivots, _info, _ = _factor_for_solve(A)  # det(A^T) = det(A)
+    return lu, pivots, tuple(batch), n
+
+
+def det(A: Tensor) -> Tensor:
+    """det(A) for (batches of) square matrices, as torch.linalg.det (0 for a singular A).
+    Queued on the current stream."""
+    lu, pivots, batch, n = _factored("vram.linalg.det", A)
+    out = Tensor._empty(batch, A.dtype, A.device)
+    if n == 0:
+        return out.fill_(1)
+    count = math.prod(batch)
+    if count:
+        stream = current_stream(A.device)
+        libs = libs_for(A.device.type)
+        libs.det(stream, A.dtype.name, out.data_ptr(), lu.data_ptr(), pivots.data_ptr(), n, count)
+    return out
+
+
+def slogdet(A: Tensor) -> Slogdet:
+    """(sign, logabsdet) with det(A) = sign * exp(logabsdet), as torch.linalg.slogdet: sign
+    is 0 and logabsdet -inf for a singular A; logabsdet is real for complex A.
+    Queued on the current stream."""
+    lu, pivots, batch, n = _factored("vram.linalg.slogdet", A)
+    real = _REAL.get(A.dtype, A.dtype)
+    sign = Tensor._empty(batch, A.dtype, A.device)
+    logabs = Tensor._empty(batch, real, A.device)
+    if n == 0:
+        return Slogdet(sign.fill_(1), logabs.fill_(0))
+    count = math.prod(batch)
+    if count:
+        stream = current_stream(A.device)
+        libs = libs_for(A.device.type)
+        libs.slogdet(
+            stream,
+            A.dtype.name,
+            sign.data_ptr(),
+            logabs.data_ptr(),
+            lu.data_ptr(),
+            pivots.data_ptr(),
+            n,
+            count,
+        )
+    return Slogdet(sign, logabs)
