@@ -2,7 +2,7 @@
 stream-aware caching allocator, on real NVIDIA GPUs (``cuda:N``) and a simulated GPU
 (``sim:N``) that runs everywhere."""
 
-from . import backends, memory, ops, optim, sim  # importing ops fills the dispatch table
+from . import backends, linalg, memory, ops, optim, sim  # importing ops fills the dispatch table
 from ._device import (
     Device,
     current_device,
