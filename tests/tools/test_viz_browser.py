@@ -3,6 +3,7 @@ shows the timeline. Skipped where no Chromium is installed."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -65,3 +66,61 @@ def test_bundled_traces_draw_without_errors(real_trace, tmp_path):
 def test_a_120k_event_trace_draws_without_errors(tmp_path, synthetic_snapshot):
     page = write_html(synthetic_snapshot(120_000), tmp_path / "big.html", title="synthetic")
     assert _page_status(tmp_path, page) == "ok"
+
+
+# ------------------------------------------------------------------ snapshot strings are text
+MARK = "data-pwned"
+PAYLOAD = f"<img src=x onerror=\"document.documentElement.setAttribute('{MARK}','yes')\">"
+
+
+def _dom(tmp_path: Path, page: Path, selftest: bool = False) -> str:
+    result = _chromium(tmp_path, "--dump-dom", page.as_uri() + ("#selftest" if selftest else ""))
+    return result.stdout
+
+
+def test_the_payload_runs_where_it_is_not_escaped(tmp_path):
+    """The check below means something: inserted as HTML, the payload runs and marks the page."""
+    page = tmp_path / "control.html"
+    page.write_text(
+        "<!doctype html><html><body><div id='d'></div><script>"
+        f"document.getElementById('d').innerHTML = {json.dumps(PAYLOAD)};"
+        "</script></body></html>"
+    )
+    assert f'{MARK}="yes"' in _dom(tmp_path, page)
+
+
+def test_a_crafted_snapshot_runs_no_script(tmp_path):
+    frame = {"name": PAYLOAD, "filename": PAYLOAD, "line": 1}
+    event = {"action": "alloc", "addr": 1 << 21, "size": 4096, "stream": 7, "frames": [frame]}
+    block = {"address": 1 << 21, "size": 4096, "state": "active_allocated", "frames": [frame]}
+    segment = {
+        "device": 0,
+        "address": 1 << 21,
+        "total_size": 2 << 20,
+        "stream": 7,
+        "segment_pool_id": PAYLOAD,
+        "frames": [frame],
+        "blocks": [block],
+    }
+    snapshot = {
+        "segments": [segment],
+        "device_traces": [[event]],
+        "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": PAYLOAD},
+    }
+    page = write_html(snapshot, tmp_path / "crafted.html", title=PAYLOAD)
+    # A stream name: vram's loader admits only numbers there, so put the string straight
+    # into the page's data, as a snapshot made by some other tool could have it.
+    text = page.read_text()
+    match = re.search(
+        r'(<script id="viz-data" type="application/json">)(.*?)(</script>)', text, re.S
+    )
+    data = json.loads(match[2])
+    assert data["streams"] == [7]
+    data["streams"] = [PAYLOAD]
+    raw = json.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    page.write_text(text[: match.start(2)] + raw + text[match.end(2) :])
+
+    dom = _dom(tmp_path, page, selftest=True)
+    assert re.search(r'<html[^>]*\sdata-viz-status="ok"', dom), dom[:2000]
+    assert not re.search(rf"<html[^>]*\s{MARK}=", dom)  # the payload never ran
+    assert "&lt;img src=x onerror=" in dom  # shown as text

@@ -69,8 +69,10 @@
     return u === 0 ? n + " B" : n.toFixed(n >= 100 ? 1 : 2) + " " + units[u];
   }
   const hex = (n) => "0x" + n.toString(16);
+  // Every string taken from the snapshot goes through escapeHtml before it reaches innerHTML.
   const streamName = (i) => {
     const raw = D.streams[i];
+    if (typeof raw !== "number") return escapeHtml(raw);
     return raw === 0 ? "0 (default)" : raw > 65535 ? hex(raw) : String(raw);
   };
   function fmtTime(m) {
@@ -79,7 +81,8 @@
     return us < 1000 ? "+" + us + " µs" : "+" + (us / 1000).toFixed(3) + " ms";
   }
   function escapeHtml(s) {
-    return String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+    const entities = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+    return String(s).replace(/[&<>"']/g, (c) => entities[c]);
   }
 
   // ---- layout -------------------------------------------------------------------------
@@ -978,8 +981,8 @@
           for (let j = 0; j <= 10; j++) {
             const t = timelineHit(M.left + (plotW() * i) / 40, (yMax * j) / 10);
             const s = stateHit((st.clientWidth * i) / 40, (st.clientHeight * j) / 10);
-            detailsHtml(t);
-            detailsHtml(s);
+            detailsBody.innerHTML = detailsHtml(t);
+            detailsBody.innerHTML = detailsHtml(s);
           }
         }
       }

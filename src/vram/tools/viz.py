@@ -83,8 +83,11 @@ def write_html(
         title = Path(snapshot).name if isinstance(snapshot, (str, Path)) else "memory snapshot"
     data = _ViewData.build(snap, device).to_json()
     data["title"] = title
-    # "</" cannot appear inside <script>; "<\/" is the same JSON string.
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    # No "<", ">" or "&" inside <script> (a snapshot string could close it, or open a
+    # comment); "\u003c" and the others are the same JSON strings.
+    payload = json.dumps(data, separators=(",", ":"))
+    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
+        payload = payload.replace(char, escaped)
     parts = {"TITLE": html.escape(title), "DATA": payload, "SCRIPT": _SCRIPT.read_text()}
     page = re.sub(r"\{\{(TITLE|DATA|SCRIPT)\}\}", lambda m: parts[m[1]], _TEMPLATE.read_text())
     out.write_text(page, encoding="utf-8")
