@@ -42,8 +42,8 @@ def test_preferred_libraries_set_and_return_the_choice():
     assert cuda.preferred_linalg_library() == "default"
     assert cuda.preferred_linalg_library("cuSOLVER") == "cusolver"
     assert cuda.preferred_linalg_library() == "cusolver"
-    assert cuda.preferred_blas_library() == "cublas"
-    assert cuda.preferred_blas_library("cublaslt") == "cublaslt"
+    assert cuda.preferred_blas_library() == "cublaslt"  # vram's default (PyTorch: cublas)
+    assert cuda.preferred_blas_library("cuBLAS") == "cublas"
 
 
 @pytest.mark.parametrize("bad", ["magma", "", 3])

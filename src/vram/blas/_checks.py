@@ -31,6 +31,7 @@ __all__ = [
     "needs_temp",
 ]
 
+_NAMES = frozenset(d.name for d in GEMM_DTYPES)
 _SUPPORTED = ", ".join(d.name for d in GEMM_DTYPES)
 
 
@@ -54,7 +55,7 @@ def rank(op: str, name: str, t: Tensor, ndim: int) -> None:
 def same_dtype_and_device(op: str, named: Sequence[tuple[str, Tensor]]) -> None:
     first, ref = named[0]
     for name, t in named:
-        if t.dtype != ref.dtype:
+        if t.dtype is not ref.dtype:
             raise RuntimeError(
                 f"{op}: expected all tensors to have one dtype, but '{name}' is {t.dtype.name} "
                 f"and '{first}' is {ref.dtype.name}"
@@ -64,7 +65,7 @@ def same_dtype_and_device(op: str, named: Sequence[tuple[str, Tensor]]) -> None:
                 f"{op}: expected all tensors on one device, but '{name}' is on {t.device} "
                 f"and '{first}' is on {ref.device}"
             )
-    if ref.dtype not in GEMM_DTYPES:
+    if ref.dtype.name not in _NAMES:
         raise RuntimeError(
             f"{op}: '{first}' has dtype {ref.dtype.name}; matrix products support {_SUPPORTED}"
         )
@@ -117,9 +118,12 @@ def _self_overlapping(t: Tensor) -> bool:
     return False
 
 
-def check_out(op: str, out: Tensor, shape: tuple[int, ...], inputs: Sequence[tuple[str, Tensor]]):
-    """``out`` has the result's shape, distinct elements, and shares no memory with an input
-    (an input that *is* ``out``, as addmm's bias in ``addmm(c, a, b, out=c)``, is allowed)."""
+def check_out(
+    op: str, out: Tensor, shape: tuple[int, ...], inputs: Sequence[tuple[str, Tensor]]
+) -> bool:
+    """``out`` has the result's shape, distinct elements, and shares no memory with the
+    factors ``inputs`` (addmm's ``input`` may be ``out``: it is not among them). Returns
+    ``needs_temp(out, inputs)``."""
     if tuple(out.shape) != tuple(shape):
         raise RuntimeError(
             f"{op}: 'out' has shape {tuple(out.shape)}, but the result has shape {tuple(shape)}"
@@ -129,29 +133,30 @@ def check_out(op: str, out: Tensor, shape: tuple[int, ...], inputs: Sequence[tup
             f"{op}: 'out' has more than one element at a single memory location (an expanded "
             "tensor); it cannot be written. Pass a tensor from vram.empty, or clone() it"
         )
-    lo, hi = _extent(out)
     for name, t in inputs:
-        if t is out or t.device != out.device:
-            continue
-        tlo, thi = _extent(t)
-        if tlo < hi and lo < thi and _dense(t) and _dense(out):
+        if _meet(out, t) and (t is out or (_dense(t) and _dense(out))):
             raise RuntimeError(
                 f"{op}: 'out' and '{name}' share memory; the result cannot be written over an "
                 f"input. clone() '{name}' or pass another 'out'"
             )
+    return needs_temp(out, [t for _, t in inputs])
+
+
+def _meet(out: Tensor, t: Tensor) -> bool:
+    """True when ``t``'s byte range meets ``out``'s. Tensors over different storages never
+    do (PyTorch's rule: only views of one storage alias)."""
+    if t._storage is not out._storage:
+        return False
+    lo, hi = _extent(out)
+    tlo, thi = _extent(t)
+    return tlo < hi and lo < thi
 
 
 def needs_temp(out: Tensor, inputs: Sequence[Tensor]) -> bool:
-    """True when ``out``'s range meets an input's but neither is dense, so that whether
-    they share an element is not decided here: compute into a new tensor, then copy."""
-    lo, hi = _extent(out)
-    for t in inputs:
-        if t is out or t.device != out.device:
-            continue
-        tlo, thi = _extent(t)
-        if tlo < hi and lo < thi:
-            return True
-    return False
+    """True when an input other than ``out`` itself lies in ``out``'s byte range: whether
+    they share an element is not decided here, so the product is computed into a new
+    tensor and copied into ``out``."""
+    return any(t is not out and _meet(out, t) for t in inputs)
 
 
 def scalar(op: str, name: str, value: object) -> float:

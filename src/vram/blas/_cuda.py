@@ -101,24 +101,24 @@ def gemm(
     algo: int = -1,
 ) -> None:
     """``out = act(alpha * a @ b + beta * bias)`` on ``stream`` (see ``_ops`` for the forms)."""
-    if out.numel() == 0:
+    if 0 in out.shape:
         return
     if a.shape[-1] == 0:
         _bias_only(out, bias, beta, activation, stream)
         return
+    pa, pb, po = a.data_ptr(), b.data_ptr(), out.data_ptr()
+    pointers = pa | pb | po | _MAX_ALIGN
     if beta == 0:
         mode, bias_key = _NO_BIAS, None
     elif bias is out:
         mode, bias_key = _BIAS_IS_OUT, None
     else:
         mode, bias_key = _BIAS, (bias.shape, bias.stride(), beta == 1)
-    pointers = a.data_ptr() | b.data_ptr() | out.data_ptr() | _MAX_ALIGN
-    if mode == _BIAS:
         pointers |= bias.data_ptr()
     dt = out.dtype
     key = (
         stream.device.index,
-        dt,
+        dt.name,
         a.shape,
         a.stride(),
         b.shape,
@@ -141,7 +141,7 @@ def gemm(
         if len(plans) >= _MAX_PLANS:
             del plans[next(iter(plans))]
         plans[key] = plan
-    plan.run(stream, out, a, b, bias, beta, alpha)
+    plan.run(stream, out, a, b, bias, beta, alpha, pa, pb, po)
 
 
 # ---- building a plan -----------------------------------------------------------------------
@@ -197,7 +197,7 @@ def _build(
     if algo == -1:
         if _tunable.state.is_enabled():
             algo = _tuned(call, stream, out, a, b, bias, beta, alpha, mode, activation, fused)
-        elif fused or activation or library == "cublaslt":
+        elif fused or library == "cublaslt":
             algo = 1
         else:
             algo = 0
@@ -282,10 +282,6 @@ def _destroy(desc: int, layouts: tuple[int, int, int]) -> None:
 # ---- the plans -------------------------------------------------------------------------------
 
 
-def _operands(call: GemmCall, a: Tensor, b: Tensor) -> tuple[int, int]:
-    return (b.data_ptr(), a.data_ptr()) if call.swap else (a.data_ptr(), b.data_ptr())
-
-
 class _LtPlan:
     """One cuBLASLt problem: descriptor, layouts, algorithm, scalars (per thread)."""
 
@@ -325,7 +321,17 @@ class _LtPlan:
         self.activation = activation
 
     def run(
-        self, stream: Stream, out: Tensor, a: Tensor, b: Tensor, bias: Tensor, beta: Any, alpha: Any
+        self,
+        stream: Stream,
+        out: Tensor,
+        a: Tensor,
+        b: Tensor,
+        bias: Tensor,
+        beta: Any,
+        alpha: Any,
+        pa: int,
+        pb: int,
+        po: int,
     ) -> None:
         scalars = self.scalars
         scalars[0] = alpha
@@ -339,8 +345,7 @@ class _LtPlan:
             scalars[1] = beta if self.mode else 0
             if self.mode == _BIAS:  # PyTorch: out = bias, then the product accumulates
                 copy(out, bias.expand(out.shape))
-        p, q = _operands(self.call, a, b)
-        x = out.data_ptr()
+        p, q = (pb, pa) if self.call.swap else (pa, pb)
         index = self.device.index
         _cublas.use_device(index)
         workspace = 0
@@ -350,7 +355,7 @@ class _LtPlan:
             )
         la, lb, lc = self.layouts
         _cublas.lt_matmul(
-            self.lt, self.desc, self.alpha_ptr, p, la, q, lb, self.beta_ptr, x, lc, x, lc,
+            self.lt, self.desc, self.alpha_ptr, p, la, q, lb, self.beta_ptr, po, lc, po, lc,
             self.algo_ptr, workspace, self.workspace, stream.cuda_stream,
         )  # fmt: skip
 
@@ -389,7 +394,17 @@ class _BlasPlan:
         self.activation = activation
 
     def run(
-        self, stream: Stream, out: Tensor, a: Tensor, b: Tensor, bias: Tensor, beta: Any, alpha: Any
+        self,
+        stream: Stream,
+        out: Tensor,
+        a: Tensor,
+        b: Tensor,
+        bias: Tensor,
+        beta: Any,
+        alpha: Any,
+        pa: int,
+        pb: int,
+        po: int,
     ) -> None:
         if self.mode == _BIAS:
             copy(out, bias.expand(out.shape))
@@ -406,8 +421,8 @@ class _BlasPlan:
         _cublas.set_workspace(handle, workspace, size)
         _cublas.set_math_mode(handle, self.math)
         c = self.call
-        p, q = _operands(c, a, b)
-        x = out.data_ptr()
+        p, q = (pb, pa) if c.swap else (pa, pb)
+        x = po
         try:
             if c.batch == 1:
                 _cublas.gemm_ex(
@@ -438,7 +453,17 @@ class _StagedPlan:
         self.activation, self.algo = activation, algo
 
     def run(
-        self, stream: Stream, out: Tensor, a: Tensor, b: Tensor, bias: Tensor, beta: Any, alpha: Any
+        self,
+        stream: Stream,
+        out: Tensor,
+        a: Tensor,
+        b: Tensor,
+        bias: Tensor,
+        beta: Any,
+        alpha: Any,
+        pa: int,
+        pb: int,
+        po: int,
     ) -> None:
         a = a.contiguous() if self.copy_a else a
         b = b.contiguous() if self.copy_b else b

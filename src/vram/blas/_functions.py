@@ -17,7 +17,7 @@ from ._ops import GEMM_DTYPES, gemm
 
 __all__ = ["mm", "matmul", "bmm", "addmm", "baddbmm"]
 
-_DTYPES = frozenset(GEMM_DTYPES)
+_DTYPES = frozenset(d.name for d in GEMM_DTYPES)
 
 
 def _result(
@@ -33,8 +33,7 @@ def _result(
         return Tensor._empty(shape, ref.dtype, ref.device), None  # type: ignore[return-value]
     out = _checks.tensor_arg(op, "out", out)
     _checks.same_dtype_and_device(op, [*inputs, ("out", out)])
-    _checks.check_out(op, out, shape, inputs)
-    if _checks.needs_temp(out, [t for _, t in inputs]):
+    if _checks.check_out(op, out, shape, inputs):
         return Tensor._empty(shape, ref.dtype, ref.device), out
     return out, None  # type: ignore[return-value]
 
@@ -70,7 +69,7 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # 
         or input.dtype is not mat2.dtype
         or input.device != mat2.device
         or input.shape[1] != mat2.shape[0]
-        or input.dtype not in _DTYPES
+        or input.dtype.name not in _DTYPES
     ):
         _check_pair("mm", ("input", "mat2"), input, mat2, 2)
     shape = (input.shape[0], mat2.shape[1])

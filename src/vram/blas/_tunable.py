@@ -137,9 +137,11 @@ state.read_env()
 
 
 def _reset() -> None:
-    """Forget every setting and result and read the variables again (for tests)."""
+    """Forget every setting and result and read the variables again (for tests); cached
+    plans keyed on the old generation are not reused."""
     global state
-    state = _State()
+    generation = state.generation + 1
+    state = _State(generation=generation)
     state.read_env()
 
 

@@ -161,9 +161,14 @@ class _Local(threading.local):
 _local = _Local()
 
 
+_cuda_driver: list[Any] = []  # the CudaDriver, once asked for
+
+
 def use_device(device: int) -> None:
     """Make ``device``'s primary context current on this thread (skipped if it is)."""
-    get_driver("cuda")._use(device)  # type: ignore[attr-defined]
+    if not _cuda_driver:
+        _cuda_driver.append(get_driver("cuda"))
+    _cuda_driver[0]._use(device)
 
 
 def _handle(kind: str, device: int) -> int:

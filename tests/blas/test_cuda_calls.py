@@ -1,0 +1,457 @@
+"""The GPU kernel's cuBLAS and cuBLASLt calls, checked without a GPU.
+
+``vram.driver._cublas`` is replaced by a column-major reference BLAS over the simulated
+GPU's memory (``ReferenceBlas``): it reads the matrices where the descriptors and leading
+dimensions say they are, applies the epilogue and writes D. The cuda kernel (``_cuda.gemm``)
+then runs on sim tensors, so every argument it builds (the operand swap, operations,
+leading dimensions, batch strides, epilogue, bias pointer, alpha and beta, the staging of
+odd layouts, TunableOp's candidates) is checked by the product it must produce. What this
+cannot check, the library itself, tests/gpu/test_blas_gpu.py checks on a GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+
+import numpy as np
+import pytest
+
+import vram
+from vram._tensor import ndarray_view
+from vram.blas import _cuda, _tunable
+from vram.driver import _cublas
+
+_DTYPES = {code: name for name, code in _cublas.DATA_TYPES.items()}
+_EPILOGUES = {code: name for name, code in _cublas.EPILOGUES.items()}
+
+
+class ReferenceBlas:
+    """The subset of ``_cublas`` that ``_cuda`` uses, computed with NumPy in fp64."""
+
+    def __init__(self, algorithms: int = 3) -> None:
+        self.ids = itertools.count(1)
+        self.descs: dict[int, dict] = {}
+        self.layouts: dict[int, tuple] = {}
+        self.algorithms = algorithms
+        self.calls: list[tuple[str, dict]] = []  # (function, what it was given)
+        self.streams: dict[int, int] = {}
+        self.math: dict[int, int] = {}
+        self.workspace_requests: list[int] = []
+
+    def install(self, monkeypatch) -> None:
+        for name in (
+            "use_device", "handle", "lt_handle", "set_stream", "set_workspace", "set_math_mode",
+            "gemm_ex", "gemm_strided_batched_ex", "matmul_desc", "set_matmul_desc",
+            "matrix_layout", "matmul_preference", "heuristics", "lt_matmul",
+            "destroy_matmul_desc", "destroy_matrix_layout", "versions",
+        ):  # fmt: skip
+            monkeypatch.setattr(_cublas, name, getattr(self, name))
+        monkeypatch.setattr(vram.memory, "get_workspace", self.get_workspace, raising=False)
+        monkeypatch.setattr(_cuda, "activate", self.activate)
+
+    # ---- handles and settings
+    def use_device(self, device: int) -> None:
+        pass
+
+    def handle(self, device: int) -> int:
+        return 1000 + device
+
+    def lt_handle(self, device: int) -> int:
+        return 2000 + device
+
+    def set_stream(self, handle: int, stream: int) -> None:
+        self.streams[handle] = stream
+
+    def set_workspace(self, handle: int, ptr: int, nbytes: int) -> None:
+        assert ptr and nbytes > 0
+
+    def set_math_mode(self, handle: int, mode: int) -> None:
+        self.math[handle] = mode
+
+    def get_workspace(self, nbytes, *, library, device=None, stream=None) -> int:
+        self.workspace_requests.append(nbytes)
+        buffer = vram.empty(nbytes, dtype=vram.uint8, device=device)
+        self._keep = buffer
+        return buffer.data_ptr()
+
+    def versions(self) -> dict[str, str]:
+        return {"CUBLAS_VERSION": "ref", "CUBLASLT_VERSION": "ref"}
+
+    # ---- cuBLASLt objects
+    def matmul_desc(self, compute: int, scale: int, transa: int, transb: int) -> int:
+        desc = next(self.ids)
+        self.descs[desc] = {"compute": compute, "scale": scale, "TRANSA": transa, "TRANSB": transb}
+        return desc
+
+    def set_matmul_desc(self, desc: int, name: str, value: int) -> None:
+        self.descs[desc][name] = value
+
+    def matrix_layout(self, data, rows, cols, ld, batch=1, stride=0) -> int:
+        assert ld >= max(rows, 1), "cuBLASLt requires ld >= rows"
+        layout = next(self.ids)
+        self.layouts[layout] = (data, rows, cols, ld, batch, stride)
+        return layout
+
+    def matmul_preference(self, max_workspace, alignments, reduced_precision) -> int:
+        self.preference = (max_workspace, alignments, reduced_precision)
+        return next(self.ids)
+
+    def heuristics(self, lt, desc, a, b, c, d, pref, count):
+        found = []
+        for i in range(min(count, self.algorithms)):
+            algo = np.zeros(1, dtype=np.uint64)
+            algo[0] = 100 + i
+            found.append((algo, 4096 if i == 1 else 0))
+        return found
+
+    def destroy_matmul_desc(self, desc: int) -> None:
+        pass
+
+    def destroy_matrix_layout(self, layout: int) -> None:
+        pass
+
+    # ---- the products
+    def _matrix(self, ptr: int, layout: tuple) -> np.ndarray:
+        data, rows, cols, ld, batch, stride = layout
+        dt = np.dtype(getattr(vram, _DTYPES[data]).np)
+        item = dt.itemsize
+        sim = vram.sim.driver()
+        return ndarray_view(
+            sim.view, ptr, (batch, rows, cols), (stride * item, item, ld * item), dt
+        )
+
+    @staticmethod
+    def _scalars(ptr: int, scale: int) -> tuple[float, float]:
+        dt = np.float64 if _DTYPES[scale] == "float64" else np.float32
+        raw = (ctypes.c_char * (2 * np.dtype(dt).itemsize)).from_address(ptr)
+        alpha, beta = np.frombuffer(raw, dtype=dt)
+        return float(alpha), float(beta)
+
+    def lt_matmul(self, lt, desc, alpha, a, la, b, lb, beta, c, lc, d, ld, algo, ws, wsb, stream):
+        info = self.descs[desc]
+        assert c == d and lc == ld
+        assert (ws != 0) == (wsb > 0)
+        al, be = self._scalars(alpha, info["scale"])
+        A = self._matrix(a, self.layouts[la]).astype(np.float64)
+        B = self._matrix(b, self.layouts[lb]).astype(np.float64)
+        if info["TRANSA"]:
+            A = A.transpose(0, 2, 1)
+        if info["TRANSB"]:
+            B = B.transpose(0, 2, 1)
+        D = self._matrix(d, self.layouts[ld])
+        result = al * np.matmul(A, B)
+        if be != 0:
+            result += be * self._matrix(c, self.layouts[lc]).astype(np.float64)
+        epilogue = _EPILOGUES[info.get("EPILOGUE", _cublas.EPILOGUES["DEFAULT"])]
+        if "BIAS" in epilogue:
+            rows = D.shape[1]
+            dt = np.dtype(getattr(vram, _DTYPES[info["BIAS_DATA_TYPE"]]).np)
+            vector = ndarray_view(
+                vram.sim.driver().view, info["BIAS_POINTER"], (rows,), (dt.itemsize,), dt
+            )
+            result += vector.astype(np.float64)[None, :, None]
+        result = _act(result, 1 if "RELU" in epilogue else 2 if "GELU" in epilogue else 0)
+        D[...] = result.astype(D.dtype)
+        self.calls.append(
+            ("lt", {**info, "algo": int(np.frombuffer(ctypes.string_at(algo, 8), np.uint64)[0])})
+        )
+
+    def _gemm(
+        self,
+        handle,
+        ta,
+        tb,
+        m,
+        n,
+        k,
+        alpha,
+        a,
+        lda,
+        sa,
+        b,
+        ldb,
+        sb,
+        beta,
+        c,
+        ldc,
+        sc,
+        batch,
+        data,
+        compute,
+    ):
+        scale = _cublas.DATA_TYPES["float64" if _DTYPES[data] == "float64" else "float32"]
+        al, be = self._scalars(alpha, scale)
+        la = (data, *((m, k) if ta == 0 else (k, m)), lda, batch, sa)
+        lb = (data, *((k, n) if tb == 0 else (n, k)), ldb, batch, sb)
+        A = self._matrix(a, la).astype(np.float64)
+        B = self._matrix(b, lb).astype(np.float64)
+        A = A.transpose(0, 2, 1) if ta else A
+        B = B.transpose(0, 2, 1) if tb else B
+        C = self._matrix(c, (data, m, n, ldc, batch, sc))
+        result = al * np.matmul(A, B) + (be * C.astype(np.float64) if be != 0 else 0)
+        C[...] = result.astype(C.dtype)
+        self.calls.append(
+            ("cublas", {"compute": compute, "math": self.math.get(handle), "batch": batch})
+        )
+
+    def gemm_ex(self, handle, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, data, compute):
+        self._gemm(
+            handle, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1, data, compute
+        )
+
+    def gemm_strided_batched_ex(
+        self,
+        handle,
+        ta,
+        tb,
+        m,
+        n,
+        k,
+        alpha,
+        a,
+        lda,
+        sa,
+        b,
+        ldb,
+        sb,
+        beta,
+        c,
+        ldc,
+        sc,
+        batch,
+        data,
+        compute,
+    ):
+        self._gemm(
+            handle,
+            ta,
+            tb,
+            m,
+            n,
+            k,
+            alpha,
+            a,
+            lda,
+            sa,
+            b,
+            ldb,
+            sb,
+            beta,
+            c,
+            ldc,
+            sc,
+            batch,
+            data,
+            compute,
+        )
+
+    def activate(self, out, activation, stream):
+        host = out.numpy().astype(np.float64)
+        out.copy_(vram.tensor(_act(host, activation).astype(out.dtype.np), device=out.device))
+        self.calls.append(("activation", {"activation": activation}))
+
+
+def _act(x: np.ndarray, activation: int) -> np.ndarray:
+    if activation == 1:
+        return np.maximum(x, 0)
+    if activation == 2:
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    return x
+
+
+# ---- the tests -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ref(monkeypatch, sim0, tmp_path):
+    blas = ReferenceBlas()
+    blas.install(monkeypatch)
+    _cuda.clear_plans()
+    _tunable._reset()
+    vram.cuda.tunable.write_file_on_exit(False)
+    vram.cuda.tunable.set_filename(str(tmp_path / "tuned.csv"))
+    matmul = vram.backends.cuda.matmul
+    saved = {name: getattr(matmul, name) for name in type(matmul).__slots__}
+    library = vram.backends.cuda.preferred_blas_library()
+    yield blas
+    for name, value in saved.items():
+        setattr(matmul, name, value)
+    vram.backends.cuda.preferred_blas_library(library)
+    _cuda.clear_plans()
+    _tunable._reset()
+
+
+def rand(shape, seed, dt=vram.float32):
+    return vram.tensor(
+        np.random.default_rng(seed).standard_normal(shape).astype(dt.np), device="sim:0"
+    )
+
+
+def run(out, a, b, bias=None, beta=0.0, alpha=1.0, activation=0, algo=-1):
+    stream = vram.current_stream(out.device)
+    _cuda.gemm(stream, out, a, b, out if bias is None else bias, beta, alpha, activation, algo)
+    return out
+
+
+def expect(out, want, rtol=1e-6):
+    got = out.numpy().astype(np.float64)
+    scale = max(float(np.max(np.abs(want), initial=0)), 1e-30)
+    assert float(np.max(np.abs(got - want), initial=0)) <= rtol * scale
+
+
+def host(t):
+    return t.numpy().astype(np.float64)
+
+
+LAYOUTS = {
+    "row-major": lambda: (rand((6, 5), 1), rand((5, 7), 2)),
+    "a transposed": lambda: (rand((5, 6), 1).t(), rand((5, 7), 2)),
+    "b transposed": lambda: (rand((6, 5), 1), rand((7, 5), 2).t()),
+    "both transposed": lambda: (rand((5, 6), 1).t(), rand((7, 5), 2).t()),
+    "a sliced": lambda: (rand((6, 12), 1)[:, ::2][:, :5], rand((5, 7), 2)),
+    "b expanded": lambda: (rand((6, 5), 1), rand((1, 7), 2).expand(5, 7)),
+    "vectors": lambda: (rand((1, 5), 1), rand((5, 1), 2)),
+}
+OUTS = {
+    "contiguous": lambda m, n: vram.empty((m, n), device="sim:0"),
+    "column-major": lambda m, n: vram.empty((n, m), device="sim:0").t(),
+    "strided": lambda m, n: vram.zeros((2 * m, 2 * n), device="sim:0")[::2, ::2],
+}
+
+
+@pytest.mark.parametrize("library", ["cublaslt", "cublas"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("out_kind", list(OUTS))
+def test_every_layout_computes_the_product(ref, library, layout, out_kind):
+    vram.backends.cuda.preferred_blas_library(library)
+    a, b = LAYOUTS[layout]()
+    out = OUTS[out_kind](a.shape[0], b.shape[1])
+    expect(run(out, a, b, alpha=0.5), 0.5 * host(a) @ host(b))
+    kinds = {kind for kind, _ in ref.calls}
+    assert kinds == {"lt" if library == "cublaslt" else "cublas"}
+
+
+@pytest.mark.parametrize("library", ["cublaslt", "cublas"])
+def test_batches_with_a_broadcast_operand_and_a_bias(ref, library):
+    vram.backends.cuda.preferred_blas_library(library)
+    a = rand((1, 4, 3), 3).expand(5, 4, 3)  # one matrix for every batch: stride 0
+    b, bias = rand((5, 3, 2), 4), rand((4, 1), 5)
+    out = vram.empty((5, 4, 2), device="sim:0")
+    expect(run(out, a, b, bias, beta=2.0), 2 * host(bias) + host(a) @ host(b))
+    assert ref.calls[-1][1].get("batch", 5) == 5
+
+
+@pytest.mark.parametrize("library", ["cublaslt", "cublas"])
+@pytest.mark.parametrize("activation", [0, 1, 2])
+def test_a_bias_row_is_fused_into_cublaslts_epilogue(ref, library, activation):
+    vram.backends.cuda.preferred_blas_library(library)
+    a, b, bias = rand((6, 5), 6), rand((5, 7), 7), rand((7,), 8)
+    out = vram.empty((6, 7), device="sim:0")
+    expect(
+        run(out, a, b, bias, beta=1.0, activation=activation),
+        _act(host(bias) + host(a) @ host(b), activation),
+    )
+    kind, info = ref.calls[-1]
+    assert kind == "lt"
+    assert _EPILOGUES[info["EPILOGUE"]] == ("BIAS", "RELU_BIAS", "GELU_BIAS")[activation]
+    assert info["BIAS_POINTER"] == bias.data_ptr()
+
+
+def test_a_full_bias_is_copied_into_out_and_activation_follows_cublas(ref):
+    vram.backends.cuda.preferred_blas_library("cublas")
+    a, b, bias = rand((6, 5), 9), rand((5, 7), 10), rand((6, 7), 11)
+    out = vram.empty((6, 7), device="sim:0")
+    expect(
+        run(out, a, b, bias, beta=0.5, activation=1), _act(0.5 * host(bias) + host(a) @ host(b), 1)
+    )
+    assert [kind for kind, _ in ref.calls] == ["cublas", "activation"]
+    vram.backends.cuda.preferred_blas_library("cublaslt")
+    expect(
+        run(out, a, b, bias, beta=0.5, activation=2), _act(0.5 * host(bias) + host(a) @ host(b), 2)
+    )
+    assert ref.calls[-1][0] == "lt" and _EPILOGUES[ref.calls[-1][1]["EPILOGUE"]] == "GELU"
+
+
+def test_in_place_accumulation_reads_out(ref):
+    a, b, c = rand((3, 4), 12), rand((4, 2), 13), rand((3, 2), 14)
+    want = 3 * host(c) + host(a) @ host(b)
+    expect(run(c, a, b, c, beta=3.0), want)
+
+
+def test_plans_are_cached(ref):
+    a, b = rand((6, 5), 15), rand((5, 7), 16)
+    out = vram.empty((6, 7), device="sim:0")
+    run(out, a, b)
+    made = len(ref.descs)
+    for _ in range(5):
+        run(out, a, b)
+    assert len(ref.descs) == made and len(ref.calls) == 6
+
+
+def test_tf32_and_reduced_precision_follow_the_flags(ref):
+    a, b = rand((6, 5), 17), rand((5, 7), 18)
+    out = vram.empty((6, 7), device="sim:0")
+    run(out, a, b)
+    assert ref.calls[-1][1]["compute"] == _cublas.COMPUTE_TYPES["32F"]
+    vram.backends.cuda.matmul.allow_tf32 = True
+    run(out, a, b)
+    assert ref.calls[-1][1]["compute"] == _cublas.COMPUTE_TYPES["32F_FAST_TF32"]
+    vram.backends.cuda.preferred_blas_library("cublas")
+    run(out, a, b)
+    assert ref.calls[-1][1]["compute"] == _cublas.COMPUTE_TYPES["32F_FAST_TF32"]
+    half_a, half_b = rand((6, 5), 19, vram.bfloat16), rand((5, 7), 20, vram.bfloat16)
+    half_out = vram.empty((6, 7), dtype=vram.bfloat16, device="sim:0")
+    vram.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    run(half_out, half_a, half_b)
+    assert ref.calls[-1][1]["math"] == _cublas.DISALLOW_REDUCED_PRECISION_REDUCTION
+    assert ref.calls[-1][1]["compute"] == _cublas.COMPUTE_TYPES["32F"]
+    vram.backends.cuda.preferred_blas_library("cublaslt")
+    run(half_out, half_a, half_b)
+    assert ref.preference[2] is False  # no split-K reduction in bf16
+
+
+def test_k_zero_makes_no_library_call(ref):
+    bias = rand((3,), 21)
+    out = vram.empty((2, 3), device="sim:0")
+    run(out, vram.empty((2, 0), device="sim:0"), vram.empty((0, 3), device="sim:0"), bias, beta=2.0)
+    expect(out, np.broadcast_to(2 * host(bias), (2, 3)))
+    assert ref.calls == []
+
+
+def test_workspace_only_for_algorithms_that_need_one(ref):
+    a, b = rand((6, 5), 22), rand((5, 7), 23)
+    out = vram.empty((6, 7), device="sim:0")
+    run(out, a, b)  # the heuristic's first algorithm needs none
+    assert ref.workspace_requests == []
+    run(out, a, b, algo=2)  # the second needs 4096 bytes
+    assert ref.workspace_requests == [4096]
+    expect(out, host(a) @ host(b))
+    vram.backends.cuda.preferred_blas_library("cublas")
+    run(out, a, b)
+    assert ref.workspace_requests[-1] == vram.blas.cublas_workspace_size(9, 0)
+
+
+def test_tunableop_on_the_gpu_path_rejects_a_wrong_candidate(ref, monkeypatch):
+    original = ref.lt_matmul
+
+    def wrong_second_algorithm(*args):
+        original(*args)
+        if ref.calls[-1][1]["algo"] == 101:  # candidate 2: the heuristic's second
+            d, ld = args[10], args[11]
+            ref._matrix(d, ref.layouts[ld])[...] += 1.0
+
+    monkeypatch.setattr(_cublas, "lt_matmul", wrong_second_algorithm)
+    vram.cuda.tunable.enable()
+    a, b = rand((8, 16), 24), rand((16, 4), 25)
+    out = vram.empty((8, 4), device="sim:0")
+    expect(run(out, a, b), host(a) @ host(b))
+    ((op, params, solution, ms),) = vram.cuda.tunable.get_results()
+    assert (op, params) == ("GemmTunableOp_float_NN", "nn_4_8_16_ld_4_16_4")
+    assert solution in ("Default", "Gemm_Cublaslt_NN_0", "Gemm_Cublaslt_NN_2")
+    assert ms > 0
+    used = {info.get("algo") for kind, info in ref.calls if kind == "lt"}
+    assert 101 in used  # the wrong candidate was tried...
+    ref.calls.clear()
+    expect(run(out, a, b), host(a) @ host(b))  # ...and never chosen
+    assert ref.calls[-1][1].get("algo") != 101
