@@ -2,7 +2,7 @@
 stream-aware caching allocator, on real NVIDIA GPUs (``cuda:N``) and a simulated GPU
 (``sim:N``) that runs everywhere."""
 
-from . import backends, linalg, memory, ops, optim, sim  # importing ops fills the dispatch table
+from . import backends, blas, cuda, linalg, memory, nn, ops, optim, sim  # fill the dispatch table
 from ._device import (
     Device,
     current_device,
@@ -40,6 +40,7 @@ from ._factories import *  # noqa: F403
 from ._interop import from_dlpack
 from ._streams import Event, Stream, current_stream, default_stream, set_stream, stream
 from ._tensor import Tensor
+from .blas import addmm, baddbmm, bmm, matmul, mm
 from .memory import (
     MemPool,
     caching_allocator_alloc,
