@@ -82,6 +82,8 @@ def arange(
     for name, value in (("start", start), ("end", end), ("step", step)):
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise TypeError(f"{name}: expected a real number, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"{name}: must be finite, got {value!r}")
     if step == 0:
         raise ValueError("step: must be nonzero")
     if (end - start) * step < 0:

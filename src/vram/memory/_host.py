@@ -29,6 +29,8 @@ and done when the outer call finishes.
 from __future__ import annotations
 
 import bisect
+import os
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -359,8 +361,35 @@ class PinnedAllocation(FreedWhenDropped):
         return f"<vram PinnedAllocation {self.size} B at {self.ptr:#x}>"
 
 
+def _check_address(ptr: object) -> None:
+    if isinstance(ptr, bool) or not isinstance(ptr, int):
+        raise TypeError(f"ptr: expected a host address (an int), got {ptr!r}")
+    if ptr < 0:
+        raise ValueError(f"ptr: expected a host address (an int >= 0), got {ptr}")
+
+
+def _host_memory() -> int:
+    """Bytes of this host's physical memory (pinned memory must fit in it)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not on this platform: no tighter bound
+        return sys.maxsize
+
+
 def allocate_pinned(nbytes: int) -> PinnedAllocation:
-    """``nbytes`` of pinned host memory from the process's caching host allocator."""
+    """``nbytes`` of pinned host memory from the process's caching host allocator.
+
+    TypeError / ValueError naming ``nbytes`` unless it is an int from 0 to the host's
+    physical memory."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int):
+        raise TypeError(f"nbytes: expected an int number of bytes, got {nbytes!r}")
+    if nbytes < 0:
+        raise ValueError(f"nbytes: must be non-negative, got {nbytes}")
+    if nbytes > _host_memory():
+        raise ValueError(
+            f"nbytes: {nbytes} bytes is more than this host's memory "
+            f"({_host_memory()} bytes), and pinned memory must fit in it"
+        )
     allocator = host_allocator()
     return PinnedAllocation(allocator.allocate(nbytes), nbytes, allocator)
 
@@ -370,11 +399,15 @@ def host_record_event(ptr: int, stream: Stream) -> bool:
 
     Returns False when ``ptr`` is not pinned memory of this allocator.
     """
+    _check_address(ptr)
+    if not (hasattr(stream, "cuda_stream") and hasattr(stream, "device")):
+        raise TypeError(f"stream: expected a vram.Stream, got {stream!r}")
     return host_allocator().record_event(ptr, stream)
 
 
 def is_pinned(ptr: int) -> bool:
     """True when the host address ``ptr`` lies in pinned memory of the host allocator."""
+    _check_address(ptr)
     return host_allocator().is_pinned(ptr)
 
 

@@ -12,6 +12,7 @@ bools promote to float32).
 
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
 from typing import Any
@@ -171,9 +172,13 @@ def _check_scalar(value: Any, dt: dtype, argument: str, fits: bool = True) -> No
         raise TypeError(f"{argument}: expected a number, got {type(value).__name__}")
     if isinstance(value, complex) and not dt.is_complex:
         raise TypeError(f"{argument}: a complex value cannot be stored in {dt}")
-    if fits and dt.np.kind in "iu" and isinstance(value, numbers.Integral):
+    if fits and dt.np.kind in "iu" and isinstance(value, numbers.Real):
         info = np.iinfo(dt.np)
-        if not info.min <= value <= info.max:
+        if isinstance(value, numbers.Integral):
+            fits_dt = info.min <= value <= info.max
+        else:  # a float is truncated toward zero, as PyTorch does; NaN and inf never fit
+            fits_dt = math.isfinite(value) and info.min - 1 < value < info.max + 1
+        if not fits_dt:
             raise RuntimeError(
                 f"{argument}: value {value} cannot be converted to {dt} without overflow"
             )
