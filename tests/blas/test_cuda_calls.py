@@ -455,3 +455,20 @@ def test_tunableop_on_the_gpu_path_rejects_a_wrong_candidate(ref, monkeypatch):
     ref.calls.clear()
     expect(run(out, a, b), host(a) @ host(b))  # ...and never chosen
     assert ref.calls[-1][1].get("algo") != 101
+
+
+def test_an_epilogue_cublaslt_cannot_run_falls_back_to_the_unfused_product(ref, monkeypatch):
+    original = ref.heuristics
+
+    def no_bias_epilogues(lt, desc, *rest):
+        if "BIAS" in _EPILOGUES[ref.descs[desc].get("EPILOGUE", 1)]:
+            raise vram.CudaError("cublasLtMatmulAlgoGetHeuristic", "CUBLAS_STATUS_NOT_SUPPORTED")
+        return original(lt, desc, *rest)
+
+    monkeypatch.setattr(_cublas, "heuristics", no_bias_epilogues)
+    a, b, bias = rand((6, 5), 26), rand((5, 7), 27), rand((7,), 28)
+    out = vram.empty((6, 7), device="sim:0")
+    want = _act(host(bias) + host(a) @ host(b), 1)
+    expect(run(out, a, b, bias, beta=1.0, activation=1), want)
+    kind, info = ref.calls[-1]
+    assert kind == "lt" and _EPILOGUES[info["EPILOGUE"]] == "RELU"  # bias copied into out first

@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import memory as _memory
 from .._dtypes import bfloat16, float16, float32, float64
+from .._errors import CudaError
 from .._streams import Event, Stream
 from .._tensor import Tensor
 from ..backends import cuda as _backends
@@ -54,6 +55,7 @@ _SCALE = {  # dtype -> (NumPy scale type, compute type name, cudaDataType of the
 _MAX_PLANS = 512  # per thread; the oldest is dropped (and its descriptors destroyed) beyond
 _MAX_ALIGN = 256  # bytes: the largest alignment cuBLASLt asks about
 _NO_BIAS, _BIAS_IS_OUT, _BIAS = 0, 1, 2  # how the beta term is formed
+_NOT_SUPPORTED = "CUBLAS_STATUS_NOT_SUPPORTED"
 _LT_EPILOGUES = {  # (fused bias, activation) -> cublasLtEpilogue_t name
     (False, 0): "DEFAULT",
     (False, 1): "RELU",
@@ -238,8 +240,10 @@ def _lt_plan(
     )
     try:
         found = _cublas.heuristics(lt, desc, *layouts, layouts[2], pref, count)
-    except Exception:
+    except CudaError as exc:
         _destroy(desc, layouts)
+        if exc.name == _NOT_SUPPORTED:  # no algorithm for this problem (an epilogue, fp64)
+            return None
         raise
     if index >= len(found):
         _destroy(desc, layouts)
@@ -590,6 +594,10 @@ def _lt_candidates(
     )
     try:
         found = _cublas.heuristics(lt, desc, *layouts, layouts[2], pref, _tunable.LT_CANDIDATES)
+    except CudaError as exc:
+        if exc.name != _NOT_SUPPORTED:
+            raise
+        found = []
     finally:
         _destroy(desc, layouts)
     return len(found)
