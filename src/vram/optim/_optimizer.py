@@ -252,13 +252,13 @@ def _is_array(value: Any) -> bool:
 
 def _as_vram(value: Any) -> Tensor:
     """A vram tensor holding ``value``: itself, or a copy in vram memory of a PyTorch tensor
-    (through DLPack) or NumPy array."""
+    (through DLPack, on its device) or of a NumPy array (on the cpu)."""
     if isinstance(value, Tensor):
         return value
     if isinstance(value, np.ndarray):
         from .._factories import tensor
 
-        return tensor(value)
+        return tensor(value, device="cpu")
     from .._interop import from_dlpack
 
     return from_dlpack(value).clone()
