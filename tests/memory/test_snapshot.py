@@ -17,7 +17,7 @@ from vram.memory._snapshot import (
     segments_of,
 )
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"  # bench/record_traces.py
 MiB = 1 << 20
 
 SEGMENT_KEYS = [
@@ -239,13 +239,13 @@ def test_bad_arguments():
         _record_memory_history(max_entries=0)
 
 
-@pytest.mark.parametrize("name", ["resnet", "bert_infer", "resnet_rp2"])
+@pytest.mark.parametrize("name", ["gpt_train", "cnn_train", "bert_infer", "two_stream"])
 def test_bundled_traces_load(name):
-    from vram.tools.replay import load_snapshot
+    from vram.tools import load_snapshot
 
-    path = TRACES / f"{name}.pickle"
+    path = TRACES / f"{name}-default.pickle.xz"
     if not path.exists():
-        pytest.skip(f"{path} is not here")
+        pytest.skip(f"{path.name} is not recorded yet (bench/record_traces.py)")
     snap = load_snapshot(path)
     assert set(SEGMENT_KEYS) <= set(snap["segments"][0])
     recorded = [e for e in snap["device_traces"][0] if e["action"] == "segment_alloc"]

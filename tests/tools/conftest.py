@@ -1,4 +1,9 @@
-"""Fixtures for the tools' tests: the bundled real traces and a synthetic trace of any length."""
+"""Fixtures for the tools' tests: the bundled real traces and a synthetic trace of any length.
+
+The real traces are PyTorch snapshots recorded on an H100 by bench/record_traces.py and kept
+in tests/data/traces/ as ``<workload>-<setting>.pickle.xz`` (its README.md says what each
+is).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-TRACE_NAMES = ["resnet", "bert_infer", "resnet_rp2"]
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
+WORKLOADS = ("gpt_train", "cnn_train", "bert_infer", "two_stream")
 
 _SLOT = 2 << 20  # bytes: each synthetic allocation gets a 2 MiB slot of a segment
 _SLOTS_PER_SEGMENT = 32
@@ -17,12 +22,24 @@ _PRE_TRACE_SEGMENTS = 8  # segments that exist before the trace's first event
 _BASE = 0x7F00_0000_0000
 
 
-@pytest.fixture(params=TRACE_NAMES)
-def real_trace(request) -> Path:
-    path = TRACES / f"{request.param}.pickle"
+def trace_path(name: str) -> Path:
+    """The bundled trace ``name`` ("cnn_train-default", ...)."""
+    path = TRACES / f"{name}.pickle.xz"
     if not path.exists():
-        pytest.skip(f"{path} is not here")
+        pytest.skip(f"{path.name} is not recorded yet (bench/record_traces.py)")
     return path
+
+
+@pytest.fixture
+def trace():
+    """``trace(name)``: the path of the bundled trace ``name`` ("cnn_train-default", ...)."""
+    return trace_path
+
+
+@pytest.fixture(params=[f"{workload}-default" for workload in WORKLOADS])
+def real_trace(request) -> Path:
+    """Each workload's trace recorded under PyTorch's default settings."""
+    return trace_path(request.param)
 
 
 @pytest.fixture

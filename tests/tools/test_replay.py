@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import pickle
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +18,6 @@ from vram.tools.replay import (
     settings_to_config,
 )
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 MiB = 1 << 20
 GiB = 1 << 30
 DEFAULTS = parse_config("").settings()
@@ -54,16 +52,30 @@ def test_fidelity_under_the_recorded_settings(real_trace):
     assert row["notes"] == []
 
 
-def test_the_rp2_trace_is_replayed_with_its_rounding():
-    (row,) = replay(TRACES / "resnet_rp2.pickle")
-    assert row["settings"] == "roundup_power2_divisions:4"
-    (plain,) = replay(TRACES / "resnet_rp2.pickle", ["roundup_power2_divisions:1"])
+def test_the_rp2_trace_is_replayed_with_its_rounding(trace):
+    path = trace("cnn_train-rp2")
+    recorded = load_snapshot(path)["allocator_settings"]
+    (row,) = replay(path)
+    assert (
+        parse_config(row["settings"]).settings()["roundup_power2_divisions"]
+        == (recorded["roundup_power2_divisions"])
+    )
+    assert row["matches_recorded"] is True
+    (plain,) = replay(path, ["roundup_power2_divisions:1"])
     assert plain["segment_sizes"] != row["segment_sizes"]
 
 
-@pytest.mark.parametrize("name", ["resnet", "bert_infer", "resnet_rp2"])
-def test_expandable_segments_lower_peak_reserved(name):
-    path = TRACES / f"{name}.pickle"
+def test_the_recorded_rp2_setting_parses_as_pytorch_parsed_it(trace):
+    """The rp2 traces were recorded under PYTORCH_CUDA_ALLOC_CONF's list form; vram's parser
+    makes the same table of divisions that PyTorch put in the snapshot."""
+    settings = load_snapshot(trace("cnn_train-rp2"))["allocator_settings"]
+    mine = parse_config(settings["PYTORCH_CUDA_ALLOC_CONF"]).settings()
+    assert mine["roundup_power2_divisions"] == settings["roundup_power2_divisions"]
+
+
+@pytest.mark.parametrize("name", ["cnn_train-default", "gpt_train-default", "cnn_train-rp2"])
+def test_expandable_segments_lower_peak_reserved(trace, name):
+    path = trace(name)
     recorded, expandable = replay(path, ["", "expandable_segments:True"])
     assert expandable["config"] == "expandable_segments:True"
     assert expandable["peak_reserved"] < recorded["peak_reserved"]
@@ -73,8 +85,8 @@ def test_expandable_segments_lower_peak_reserved(name):
     assert expandable["matches_recorded"] is False
 
 
-def test_oom_at_a_small_capacity():
-    path = TRACES / "resnet.pickle"
+def test_oom_at_a_small_capacity(trace):
+    path = trace("cnn_train-default")
     small, roomy = replay(path, [""], capacity=1 * GiB) + replay(path, capacity=16 * GiB)
     assert small["oom"] is True and isinstance(small["oom_at"], int)
     assert small["capacity"] == GiB and small["peak_reserved"] <= GiB
@@ -161,8 +173,8 @@ def test_empty_cache_calls_are_replayed():
     assert any("empty_cache()" in note for note in row["notes"])
 
 
-def test_a_trace_that_began_late():
-    snapshot = load_snapshot(TRACES / "resnet.pickle")
+def test_a_trace_that_began_late(trace):
+    snapshot = load_snapshot(trace("cnn_train-default"))
     entries = snapshot["device_traces"][0]
     cut = len(entries) // 2
     late = {**snapshot, "device_traces": [entries[cut:]]}
@@ -199,10 +211,9 @@ def test_settings_round_trip():
 
 
 # ============================================================================== CLI
-def test_json_output(capsys):
-    status = main_replay(
-        [str(TRACES / "bert_infer.pickle"), "--json", "--config", "expandable_segments:True"]
-    )
+def test_json_output(capsys, trace):
+    path = trace("bert_infer-default")
+    status = main_replay([str(path), "--json", "--config", "expandable_segments:True"])
     assert status == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["config"] for r in rows] == ["recorded", "expandable_segments:True"]
@@ -214,18 +225,18 @@ def test_json_output(capsys):
             "peak_reserved",
             "peak_allocated",
         } <= set(row)
-    assert rows[0]["segment_sizes"] == _recorded_sizes(TRACES / "bert_infer.pickle")
+    assert rows[0]["segment_sizes"] == _recorded_sizes(path)
 
 
-def test_table_output(capsys):
-    assert main_replay([str(TRACES / "bert_infer.pickle"), "--capacity", "400MiB"]) == 0
+def test_table_output(capsys, trace):
+    assert main_replay([str(trace("bert_infer-default")), "--capacity", "100MiB"]) == 0
     out = capsys.readouterr().out
     assert "recorded" in out and "device mallocs" in out and "yes" in out  # it ran out
 
 
-def test_html_output(tmp_path):
+def test_html_output(tmp_path, trace):
     out = tmp_path / "replay.html"
-    path = str(TRACES / "resnet.pickle")
+    path = str(trace("cnn_train-default"))
     assert main_replay([path, "--config", "expandable_segments:True", "--html", str(out)]) == 0
     page = out.read_text()
     assert page.count("<svg") == 2 and "expandable_segments:True" in page
@@ -252,8 +263,8 @@ def test_not_a_snapshot(capsys, tmp_path):
         replay({"segments": [], "device_traces": [[]]})
 
 
-def test_bad_config(capsys):
-    path = TRACES / "bert_infer.pickle"
+def test_bad_config(capsys, trace):
+    path = trace("bert_infer-default")
     with pytest.raises(ValueError, match="expandable_segments: expected True or False"):
         replay(path, ["expandable_segments:Maybe"])
     with pytest.raises(ValueError, match="unrecognized allocator option"):

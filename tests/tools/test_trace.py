@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from vram.memory._snapshot import _record_memory_history
+from vram.tools import load_snapshot
 from vram.tools.replay import replay
 from vram.tools.trace import main_stats, main_trace
-
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 
 SCRIPT = """
 import sys
@@ -88,10 +87,16 @@ def test_stats_prints_the_memory_summary(sim0, capsys):
     assert "memory summary" in out and "Allocated memory" in out
 
 
-def test_stats_of_a_snapshot(capsys):
-    assert main_stats([str(TRACES / "bert_infer.pickle")]) == 0
+def test_stats_of_a_snapshot(capsys, monkeypatch, trace):
+    monkeypatch.setenv("COLUMNS", "200")
+    path = trace("bert_infer-default")
+    snapshot = load_snapshot(path)
+    assert main_stats([str(path)]) == 0
     out = capsys.readouterr().out
-    assert "segments" in out and "24" in out  # bert_infer holds 24 segments
+    row = next(line for line in out.splitlines() if line.lstrip("│┃ ").startswith("0 "))
+    cells = [c.strip() for c in row.strip("│┃ ").split("│")]
+    assert cells[0] == "0" and cells[1] == str(len(snapshot["segments"]))
+    assert cells[8] == str(len(snapshot["device_traces"][0]))
 
 
 def test_stats_errors(tmp_path, capsys):
