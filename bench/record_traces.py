@@ -272,6 +272,11 @@ def record(workload: str, setting: str, out: Path) -> dict:
     snapshot = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
     seconds = time.perf_counter() - start
+    recorded = snapshot.get("allocator_settings") or {}
+    if recorded.get("PYTORCH_CUDA_ALLOC_CONF", expected) != expected or (
+        recorded.get("expandable_segments", False) != (setting == "expandable")
+    ):
+        raise SystemExit(f"record_traces: PyTorch ran {workload} under {recorded}")
     events = max((len(t) for t in snapshot["device_traces"]), default=0)
     if events >= MAX_ENTRIES:
         raise SystemExit(f"record_traces: {workload} filled the trace ring ({MAX_ENTRIES})")
@@ -291,7 +296,8 @@ def record(workload: str, setting: str, out: Path) -> dict:
 # ========================================================= the parent: all recordings
 def _record_in_child(workload: str, setting: str, out: Path) -> tuple[str, dict | str]:
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=SETTINGS[setting])
-    env.pop("PYTORCH_NO_CUDA_MEMORY_CACHING", None)
+    for other in ("PYTORCH_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING"):  # they would win
+        env.pop(other, None)
     command = [sys.executable, __file__, "--child", workload, setting, "--out", str(out)]
     name = trace_file(workload, setting)
     try:
