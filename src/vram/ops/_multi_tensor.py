@@ -134,7 +134,7 @@ class TensorListPlan:
         extras: Sequence[Extra] | None = None,
         *,
         extra_dtype: Any = np.float32,
-        tile: int = TILE,
+        tile: int | None = None,
     ) -> None:
         if not lists or not lists[0]:
             raise ValueError("multi_tensor_apply needs at least one list of at least one tensor")
@@ -143,7 +143,7 @@ class TensorListPlan:
         self.depth = len(lists)
         self.extra = extras is not None
         self.extra_dtype = np.dtype(extra_dtype)  # of the element an extra tensor holds
-        self.tile = tile
+        self.tile = TILE if tile is None else tile  # read at build time: benchmarks tune it
         self.dtypes = tuple(lst[0].dtype for lst in lists)
         self.n = capacity(self.depth, self.extra, params_limit(self.device))
         self.launches: list[_Launch] = []
@@ -229,12 +229,12 @@ class TensorListPlan:
         if self.device.type == "cuda":
             compiled = self._kernel(source, kernel.format(N=self.n))
             driver = self.device.driver
-            tile = np.int32(self.tile)
+            tile, block = np.int32(self.tile), BLOCK
             for item in self.launches:
                 driver.launch(
                     compiled,
                     (item.blocks, 1, 1),
-                    (BLOCK, 1, 1),
+                    (block, 1, 1),
                     (item.meta, tile, *args),
                     stream.cuda_stream,
                 )
