@@ -23,7 +23,8 @@ import numpy as np
 
 __all__ = ["getrf", "getrs", "iamax"]
 
-_LEAF = 8  # triangular solves of at most this many rows go row by row
+_LEAF = 8  # panels of at most this many columns, and triangular solves of this many rows,
+# go column by column (row by row)
 
 
 def iamax(x: np.ndarray) -> np.ndarray:
@@ -57,21 +58,11 @@ def _swap(a: np.ndarray, swaps: np.ndarray, forward: bool = True) -> None:
 
 def _getrf2(a: np.ndarray, pivot: bool) -> tuple[np.ndarray, np.ndarray]:
     """LAPACK's recursive getrf2 on a row-major (batch, m, n) array, in place: returns the
-    0-based pivots (batch, min(m, n)) and info (batch,) (1-based, 0 for none)."""
+    0-based pivots (batch, min(m, n)) and info (batch,) (1-based, 0 for none). Panels of
+    at most ``_LEAF`` columns are factored column by column (LAPACK's getf2)."""
     batch, m, n = a.shape
-    index = np.arange(batch)
-    if m == 1:
-        return np.zeros((batch, 1), np.int64), np.where(a[:, 0, 0] == 0, 1, 0)
-    if n == 1:
-        p = iamax(a[:, :, 0]) if pivot else np.zeros(batch, np.int64)
-        d = a[index, p, 0]
-        usable = d != 0
-        moved = index[usable & (p != 0)]
-        if moved.size:
-            a[moved, p[moved], 0] = a[moved, 0, 0]
-            a[moved, 0, 0] = d[moved]
-        a[:, 1:, 0] /= np.where(usable, a[:, 0, 0], 1)[:, None]
-        return p[:, None], np.where(usable, 0, 1)
+    if n <= _LEAF or m == 1:
+        return _getf2(a, pivot)
     n1 = min(m, n) // 2
     p1, info1 = _getrf2(a[:, :, :n1], pivot)
     if pivot:
@@ -92,6 +83,31 @@ def _subtract_product(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     if a.size == 0 or b.size == 0 or (not a.any() and np.isfinite(b).all()):
         return
     c -= np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b))
+
+
+def _getf2(a: np.ndarray, pivot: bool) -> tuple[np.ndarray, np.ndarray]:
+    """LAPACK's getf2 (column by column) on a row-major (batch, m, n) array, in place."""
+    batch, m, n = a.shape
+    k = min(m, n)
+    index = np.arange(batch)
+    ipiv = np.zeros((batch, k), np.int64)
+    info = np.zeros(batch, np.int64)
+    for j in range(k):
+        p = j + iamax(a[:, j:, j]) if pivot else np.full(batch, j)
+        ipiv[:, j] = p
+        d = a[index, p, j]
+        usable = d != 0  # LAPACK: a zero pivot is neither swapped nor divided by
+        moved = index[usable & (p != j)]
+        if moved.size:
+            upper = a[moved, j, :].copy()
+            a[moved, j, :] = a[moved, p[moved], :]
+            a[moved, p[moved], :] = upper
+        info[(info == 0) & ~usable] = j + 1
+        if j + 1 < m:
+            a[:, j + 1 :, j] /= np.where(usable, a[:, j, j], 1)[:, None]
+            if j + 1 < n:
+                a[:, j + 1 :, j + 1 :] -= a[:, j + 1 :, j : j + 1] * a[:, j : j + 1, j + 1 :]
+    return ipiv, info
 
 
 def getrf(a: np.ndarray, pivot: bool = True) -> tuple[np.ndarray, np.ndarray]:

@@ -3,15 +3,14 @@
 - ``solve_in_place(lu, pivots, x, trans)`` runs getrs on packed column-major matrices by the
   plan ``_dispatch.plan_solve`` picks: cuBLAS getrsBatched over device pointer arrays,
   or cuSOLVER getrs per matrix on the current stream or over side streams.
-- solve, inv, det and slogdet factor A^T when A is contiguous (row-major A's memory read
-  column-major *is* A^T), which saves the transposing copy: they then solve with A^T's
-  factors transposed, and det(A^T) = det(A). This is PyTorch's optimization, extended to
-  complex inputs (a transpose, not a conjugate transpose, so nothing is conjugated).
+- det and slogdet factor A^T when A is contiguous (row-major A's memory read column-major
+  *is* A^T), which saves the transposing copy: det(A^T) = det(A). solve and inv factor A
+  itself, so that their info (and errors) name A's zero pivot, as PyTorch's do.
 - ``XA = B`` (``left=False``) is solved as ``A^T X^T = B^T``: X^T is column-major exactly
   where X is row-major, so the result needs no copy; only ``lu_solve(..., left=False,
   adjoint=True)`` of complex matrices conjugates (twice, in place).
 All of it is queued on the current stream; only the functions that check for singular
-inputs (lu_solve never does; solve and inv do) synchronize, to read info.
+inputs (solve, inv, and the _ex forms with check_errors=True) synchronize, to read info.
 """
 
 from __future__ import annotations
@@ -225,11 +224,11 @@ def lu_solve(
 # ---- solve ---------------------------------------------------------------------------------
 
 
-def _factor_for_solve(A: Tensor) -> tuple[Tensor, Tensor, Tensor, bool]:
-    """(lu, pivots, info, transposed): the LU factors of A, or of A^T (``transposed``) when
-    A is contiguous, which saves the transposing copy."""
+def _factor_for_solve(A: Tensor, transpose: bool = False) -> tuple[Tensor, Tensor, Tensor, bool]:
+    """(lu, pivots, info, transposed): the LU factors of A; with ``transpose``, of A^T
+    (``transposed``) when A is contiguous, which saves the transposing copy."""
     *batch, n, _ = A.shape
-    transposed = A.is_contiguous()
+    transposed = transpose and A.is_contiguous()
     if transposed:
         storage = Tensor._empty(tuple(A.shape), A.dtype, A.device)
         lu = storage.transpose(-2, -1)  # A^T, packed column-major
@@ -261,10 +260,9 @@ def _solve_ex(api: str, A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tenso
     n = A.shape[-1]
     _check_rhs(api, n, rhs, left)
     batch = _checks.broadcast_batch(api, ("A", A), ("B", rhs))
-    lu, pivots, info, transposed = _factor_for_solve(A)
+    lu, pivots, info, _ = _factor_for_solve(A)
     lu, pivots = _packed_factors(lu, pivots, batch)
-    # left: A X = B (or A^T's factors, transposed); right: A^T X^T = B^T
-    trans = OP_N if left != transposed else OP_T
+    trans = OP_N if left else OP_T  # right: A^T X^T = B^T
     x = _solve_packed(lu, pivots, rhs, left, trans, False)
     return (x[..., 0] if vector else x), info
 
@@ -295,13 +293,13 @@ def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
 def _inv_ex(api: str, A: Tensor) -> tuple[Tensor, Tensor]:
     _checks.check_matrix(api, A)
     *batch, n, _ = A.shape
-    lu, pivots, info, transposed = _factor_for_solve(A)
+    lu, pivots, info, _ = _factor_for_solve(A)
     x = column_major_empty(tuple(batch), n, n, A)
     x.zero_()
     if x.numel():  # the identity: ones on the diagonal of every matrix
         batch_strides = tuple(s * n * n for s in contiguous_strides(tuple(batch)))
         x._view((*batch, n), (*batch_strides, n + 1), 0).fill_(1)
-    solve_in_place(lu, pivots, x, OP_T if transposed else OP_N)
+    solve_in_place(lu, pivots, x, OP_N)
     return x, info
 
 
@@ -330,7 +328,7 @@ def inv(A: Tensor) -> Tensor:
 def _factored(api: str, A: Tensor) -> tuple[Tensor, Tensor, tuple[int, ...], int]:
     _checks.check_matrix(api, A)
     *batch, n, _ = A.shape
-    lu, pivots, _info, _ = _factor_for_solve(A)  # det(A^T) = det(A)
+    lu, pivots, _info, _ = _factor_for_solve(A, transpose=True)  # det(A^T) = det(A)
     return lu, pivots, tuple(batch), n
 
 

@@ -1,0 +1,302 @@
+"""vram.linalg's library calls on the simulated GPU: cuSOLVER's and cuBLAS's calls, each
+queued on its stream as a kernel is, computed in NumPy by ``_reference`` (LAPACK's
+semantics) over the sim's device memory.
+
+They read what the GPU libraries read: the device array of matrix pointers, the workspace
+(which must be allocated and large enough, or the queued call fails as a bad access would),
+the pivots and info arrays. The interface is ``_cuda_libs.CudaLibs``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._streams import Stream
+from .._tensor import ndarray_view
+from . import _reference
+
+__all__ = ["SimLibs"]
+
+_NP = {
+    "float32": np.dtype(np.float32),
+    "float64": np.dtype(np.float64),
+    "complex64": np.dtype(np.complex64),
+    "complex128": np.dtype(np.complex128),
+}
+_TRANS = {0: "N", 1: "T", 2: "C"}  # cublasOperation_t -> LAPACK's trans
+
+
+class SimLibs:
+    """The same calls on the simulated GPU: NumPy over sim memory, queued on the stream."""
+
+    PANEL = 64  # columns the simulated getrf's workspace holds (its size is what it asks for)
+
+    # ---- memory views --------------------------------------------------------------------
+    @staticmethod
+    def _matrix(s: Stream, ptr: int, m: int, n: int, ld: int, dtype: str) -> np.ndarray:
+        """The column-major m x n matrix at ``ptr`` (leading dimension ``ld``), a view."""
+        item = _NP[dtype].itemsize
+        return ndarray_view(s.device.driver.view, ptr, (1, m, n), (0, item, ld * item), _NP[dtype])
+
+    @staticmethod
+    def _array(s: Stream, ptr: int, count: int, np_dtype: Any) -> np.ndarray:
+        item = np.dtype(np_dtype).itemsize
+        return ndarray_view(s.device.driver.view, ptr, (count,), (item,), np.dtype(np_dtype))
+
+    def _matrices(
+        self, s: Stream, array: int, batch: int, m: int, n: int, ld: int, dtype: str
+    ) -> tuple[np.ndarray, list[np.ndarray] | None]:
+        """The matrices a device pointer array names: one strided view when they lie evenly
+        apart (then ``None``), else copies and the views to write them back to."""
+        ptrs = [int(p) for p in self._array(s, array, batch, np.uint64)]
+        item = _NP[dtype].itemsize
+        steps = {b - a for a, b in zip(ptrs, ptrs[1:], strict=False)}
+        if len(steps) <= 1 and (not steps or next(iter(steps)) > 0):
+            step = next(iter(steps)) if steps else 0
+            strides = (step, item, ld * item)
+            view = ndarray_view(s.device.driver.view, ptrs[0], (batch, m, n), strides, _NP[dtype])
+            return view, None
+        views = [self._matrix(s, p, m, n, ld, dtype)[0] for p in ptrs]
+        return np.stack(views), views
+
+    @staticmethod
+    def _queue(s: Stream, fn: Any) -> None:
+        s.device.driver.enqueue(s.cuda_stream, fn)
+
+    # ---- cuSOLVER ------------------------------------------------------------------------
+    def _lwork(self, dtype: str, m: int, n: int) -> int:
+        return max(m, n, 1) * self.PANEL * _NP[dtype].itemsize
+
+    def getrf_workspace(self, s: Stream, dtype: str, m: int, n: int, a: int, lda: int) -> int:
+        return self._lwork(dtype, m, n)
+
+    def getrf(
+        self,
+        s: Stream,
+        dtype: str,
+        m: int,
+        n: int,
+        a: int,
+        lda: int,
+        ws: int,
+        ws_bytes: int,
+        ipiv: int,
+        info: int,
+    ) -> None:
+        need = self._lwork(dtype, m, n)
+
+        def run() -> None:
+            s.device.driver.view(ws, need)  # the workspace must be there, and large enough
+            matrix = self._matrix(s, a, m, n, lda, dtype)
+            found, infos = _reference.getrf(matrix, pivot=bool(ipiv))
+            if ipiv:
+                self._array(s, ipiv, min(m, n), np.int32)[:] = found[0]
+            self._array(s, info, 1, np.int32)[:] = infos
+
+        self._queue(s, run)
+
+    def xgetrf_workspace(
+        self, s: Stream, dtype: str, m: int, n: int, a: int, lda: int, algo: int
+    ) -> tuple[int, int]:
+        return self._lwork(dtype, m, n), 0
+
+    def xgetrf(
+        self,
+        s: Stream,
+        dtype: str,
+        m: int,
+        n: int,
+        a: int,
+        lda: int,
+        ipiv64: int,
+        ws: int,
+        ws_bytes: int,
+        host_bytes: int,
+        info: int,
+        algo: int,
+    ) -> None:
+        need = self._lwork(dtype, m, n)
+
+        def run() -> None:
+            s.device.driver.view(ws, need)
+            matrix = self._matrix(s, a, m, n, lda, dtype)
+            found, infos = _reference.getrf(matrix, pivot=bool(ipiv64))
+            if ipiv64:
+                self._array(s, ipiv64, min(m, n), np.int64)[:] = found[0]
+            self._array(s, info, 1, np.int32)[:] = infos
+
+        self._queue(s, run)
+
+    def _getrs(
+        self,
+        s: Stream,
+        dtype: str,
+        trans: int,
+        n: int,
+        nrhs: int,
+        a: int,
+        lda: int,
+        ipiv: int,
+        ipiv_type: Any,
+        b: int,
+        ldb: int,
+        info: int,
+    ) -> None:
+        def run() -> None:
+            lu = self._matrix(s, a, n, n, lda, dtype)
+            rhs = self._matrix(s, b, n, nrhs, ldb, dtype)
+            pivots = self._array(s, ipiv, n, ipiv_type)[None, :]
+            _reference.getrs(lu, pivots, rhs, _TRANS[trans])
+            self._array(s, info, 1, np.int32)[:] = 0
+
+        self._queue(s, run)
+
+    def getrs(
+        self,
+        s: Stream,
+        dtype: str,
+        trans: int,
+        n: int,
+        nrhs: int,
+        a: int,
+        lda: int,
+        ipiv: int,
+        b: int,
+        ldb: int,
+        info: int,
+    ) -> None:
+        self._getrs(s, dtype, trans, n, nrhs, a, lda, ipiv, np.int32, b, ldb, info)
+
+    def xgetrs(
+        self,
+        s: Stream,
+        dtype: str,
+        trans: int,
+        n: int,
+        nrhs: int,
+        a: int,
+        lda: int,
+        ipiv64: int,
+        b: int,
+        ldb: int,
+        info: int,
+    ) -> None:
+        self._getrs(s, dtype, trans, n, nrhs, a, lda, ipiv64, np.int64, b, ldb, info)
+
+    # ---- cuBLAS --------------------------------------------------------------------------
+    def getrf_batched(
+        self,
+        s: Stream,
+        dtype: str,
+        n: int,
+        a_array: int,
+        lda: int,
+        pivots: int,
+        info: int,
+        batch: int,
+    ) -> None:
+        def run() -> None:
+            matrices, back = self._matrices(s, a_array, batch, n, n, lda, dtype)
+            found, infos = _reference.getrf(matrices, pivot=bool(pivots))
+            if back is not None:
+                for view, done in zip(back, matrices, strict=True):
+                    view[...] = done
+            if pivots:
+                self._array(s, pivots, batch * n, np.int32)[:] = found.reshape(-1)
+            self._array(s, info, batch, np.int32)[:] = infos
+
+        self._queue(s, run)
+
+    def getrs_batched(
+        self,
+        s: Stream,
+        dtype: str,
+        trans: int,
+        n: int,
+        nrhs: int,
+        a_array: int,
+        lda: int,
+        pivots: int,
+        b_array: int,
+        ldb: int,
+        batch: int,
+    ) -> None:
+        def run() -> None:
+            lu, _ = self._matrices(s, a_array, batch, n, n, lda, dtype)
+            rhs, back = self._matrices(s, b_array, batch, n, nrhs, ldb, dtype)
+            piv = self._array(s, pivots, batch * n, np.int32).reshape(batch, n)
+            _reference.getrs(lu, piv, rhs, _TRANS[trans])
+            if back is not None:
+                for view, done in zip(back, rhs, strict=True):
+                    view[...] = done
+
+        self._queue(s, run)
+
+    # ---- helper kernels ------------------------------------------------------------------
+    def pointers(self, s: Stream, out: int, base: int, stride_bytes: int, count: int) -> None:
+        def run() -> None:
+            values = base + stride_bytes * np.arange(count, dtype=np.uint64)
+            self._array(s, out, count, np.uint64)[:] = values
+
+        self._queue(s, run)
+
+    def pivots_to_int32(self, s: Stream, dst: int, src: int, count: int) -> None:
+        def run() -> None:
+            self._array(s, dst, count, np.int32)[:] = self._array(s, src, count, np.int64)
+
+        self._queue(s, run)
+
+    def pivots_to_int64(self, s: Stream, dst: int, src: int, count: int) -> None:
+        def run() -> None:
+            self._array(s, dst, count, np.int64)[:] = self._array(s, src, count, np.int32)
+
+        self._queue(s, run)
+
+    def trivial_pivots(self, s: Stream, dst: int, k: int, count: int) -> None:
+        def run() -> None:
+            self._array(s, dst, count, np.int32)[:] = np.arange(count) % k + 1
+
+        self._queue(s, run)
+
+    def conj(self, s: Stream, dtype: str, ptr: int, count: int) -> None:
+        def run() -> None:
+            values = self._array(s, ptr, count, _NP[dtype])
+            np.conjugate(values, out=values)
+
+        self._queue(s, run)
+
+    def _diagonals(self, s: Stream, dtype: str, lu: int, piv: int, n: int, batch: int):
+        item = _NP[dtype].itemsize
+        matrices = ndarray_view(
+            s.device.driver.view, lu, (batch, n), (n * n * item, (n + 1) * item), _NP[dtype]
+        )
+        pivots = self._array(s, piv, batch * n, np.int32).reshape(batch, n)
+        odd = (pivots != np.arange(1, n + 1)).sum(axis=1) % 2 == 1
+        return matrices, odd
+
+    def det(self, s: Stream, dtype: str, out: int, lu: int, piv: int, n: int, batch: int) -> None:
+        def run() -> None:
+            diagonal, odd = self._diagonals(s, dtype, lu, piv, n, batch)
+            with np.errstate(all="ignore"):
+                value = np.prod(diagonal, axis=1)
+            self._array(s, out, batch, _NP[dtype])[:] = np.where(odd, -value, value)
+
+        self._queue(s, run)
+
+    def slogdet(
+        self, s: Stream, dtype: str, sign: int, logabs: int, lu: int, piv: int, n: int, batch: int
+    ) -> None:
+        def run() -> None:
+            diagonal, odd = self._diagonals(s, dtype, lu, piv, n, batch)
+            with np.errstate(all="ignore"):
+                size = np.abs(diagonal)
+                unit = np.where(size == 0, 0, diagonal / np.where(size == 0, 1, size))
+                value = np.prod(unit, axis=1)
+                total = np.log(size).sum(axis=1)
+            self._array(s, sign, batch, _NP[dtype])[:] = np.where(odd, -value, value)
+            real = np.dtype(_NP[dtype].char.lower()) if _NP[dtype].kind == "c" else _NP[dtype]
+            self._array(s, logabs, batch, real)[:] = total
+
+        self._queue(s, run)

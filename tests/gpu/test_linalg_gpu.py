@@ -1,0 +1,235 @@
+"""vram.linalg on a real GPU: values, pivots and info against PyTorch's on the same GPU for
+every dtype, batch shape and way of running a batch (cuBLAS batched, cuSOLVER looped, the
+side-stream spread, the 64-bit API); singular inputs; O(1) device mallocs in the batch
+(pytorch#181997) measured on the GPU with VRAM_NO_CACHING=1 in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import vram
+from vram.driver import cuda_usable
+from vram.linalg import LinAlgError, _dispatch, _lu, _solve
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_usable(), reason="no CUDA GPU")]
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():  # pragma: no cover - a GPU vram sees but PyTorch does not
+    pytest.skip("PyTorch has no CUDA", allow_module_level=True)
+
+CUDA = "cuda:0"
+DTYPES = [vram.float32, vram.float64, vram.complex64, vram.complex128]
+IDS = [d.name for d in DTYPES]
+TOL = {"float32": 1e-4, "complex64": 1e-4, "float64": 1e-10, "complex128": 1e-10}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def random(shape: tuple[int, ...], dt: vram.dtype, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(shape)
+    if dt.is_complex:
+        a = a + 1j * rng.standard_normal(shape)
+    return a.astype(dt.np)
+
+
+def close(got: vram.Tensor, want, dt: vram.dtype, scale: float = 1.0) -> None:
+    want = want.resolve_conj().cpu().numpy() if hasattr(want, "resolve_conj") else want
+    tol = TOL[dt.name] * scale
+    np.testing.assert_allclose(got.numpy(), want, rtol=tol, atol=tol)
+
+
+def on_both(a: np.ndarray) -> tuple[vram.Tensor, object]:
+    return vram.tensor(a, device=CUDA), torch.from_numpy(a).cuda()
+
+
+@pytest.fixture(params=_dispatch.PATHS)
+def path(request):
+    with _dispatch.forced(request.param, streams=4):
+        yield request.param
+
+
+@pytest.fixture(autouse=True)
+def _default_library():
+    yield
+    vram.backends.cuda.preferred_linalg_library("default")
+
+
+@pytest.mark.parametrize("batch", [(), (5,), (2, 3)], ids=str)
+@pytest.mark.parametrize("dt", DTYPES, ids=IDS)
+def test_lu_factor_matches_pytorch(path, dt, batch):
+    a = random((*batch, 12, 12), dt, seed=len(batch))
+    A, T = on_both(a)
+    LU, pivots, info = vram.linalg.lu_factor_ex(A)
+    want = torch.linalg.lu_factor_ex(T)
+    assert LU.stride() == tuple(want.LU.stride()) and LU.shape == tuple(want.LU.shape)
+    np.testing.assert_array_equal(pivots.numpy(), want.pivots.cpu().numpy())
+    np.testing.assert_array_equal(info.numpy(), want.info.cpu().numpy())
+    close(LU, want.LU, dt)
+
+
+@pytest.mark.parametrize("n", [33, 130, 300])
+def test_larger_matrices_match_pytorch(path, n):
+    a = random((6, n, n), vram.float64, seed=n)
+    A, T = on_both(a)
+    LU, pivots = vram.linalg.lu_factor(A)
+    want = torch.linalg.lu_factor(T)
+    np.testing.assert_array_equal(pivots.numpy(), want.pivots.cpu().numpy())
+    close(LU, want.LU, vram.float64, scale=100)
+
+
+def test_rectangular_and_unpivoted(path):
+    for shape in ((3, 9, 5), (3, 5, 9)):
+        a = random(shape, vram.float64, seed=1)
+        A, T = on_both(a)
+        LU, pivots, _ = vram.linalg.lu_factor_ex(A)
+        want = torch.linalg.lu_factor_ex(T)
+        np.testing.assert_array_equal(pivots.numpy(), want.pivots.cpu().numpy())
+        close(LU, want.LU, vram.float64)
+    a = random((4, 8, 8), vram.float64, seed=2) + 10 * np.eye(8)
+    A, T = on_both(a)
+    LU, pivots = vram.linalg.lu_factor(A, pivot=False)
+    want = torch.linalg.lu_factor(T, pivot=False)
+    np.testing.assert_array_equal(pivots.numpy(), want.pivots.cpu().numpy())
+    close(LU, want.LU, vram.float64)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=IDS)
+def test_solves_match_pytorch(path, dt):
+    a, b = random((4, 10, 10), dt, seed=3), random((4, 10, 3), dt, seed=4)
+    (A, TA), (B, TB) = on_both(a), on_both(b)
+    close(vram.linalg.solve(A, B), torch.linalg.solve(TA, TB), dt, scale=10)
+    bt = np.ascontiguousarray(np.swapaxes(b, -1, -2))
+    (BT, TBT) = on_both(bt)
+    close(vram.linalg.solve(A, BT, left=False), torch.linalg.solve(TA, TBT, left=False), dt, 10)
+    v = random((10,), dt, seed=5)
+    V, TV = on_both(v)
+    close(vram.linalg.solve(A, V), torch.linalg.solve(TA, TV), dt, scale=10)
+    LU, pivots = vram.linalg.lu_factor(A)
+    tLU, tpiv = torch.linalg.lu_factor(TA)
+    for left in (True, False):
+        for adjoint in (False, True):
+            rhs, trhs = (B, TB) if left else (BT, TBT)
+            got = vram.linalg.lu_solve(LU, pivots, rhs, left=left, adjoint=adjoint)
+            want = torch.linalg.lu_solve(tLU, tpiv, trhs, left=left, adjoint=adjoint)
+            close(got, want, dt, scale=10)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=IDS)
+def test_inv_det_slogdet_match_pytorch(path, dt):
+    a = random((2, 3, 9, 9), dt, seed=6)
+    A, T = on_both(a)
+    inverse = vram.linalg.inv(A)
+    want = torch.linalg.inv(T)
+    assert inverse.stride() == tuple(want.stride())
+    close(inverse, want, dt, scale=10)
+    close(vram.linalg.det(A), torch.linalg.det(T), dt, scale=10)
+    sign, logabs = vram.linalg.slogdet(A)
+    want_sign, want_log = torch.linalg.slogdet(T)
+    close(sign, want_sign, dt, scale=10)
+    close(logabs, want_log, dt, scale=10)
+
+
+def test_singular_inputs_match_pytorch(path):
+    a = random((3, 6, 6), vram.float32, seed=7)
+    a[1, :, 3] = 0
+    a[2] = 0
+    A, T = on_both(a)
+    _, pivots, info = vram.linalg.lu_factor_ex(A)
+    want = torch.linalg.lu_factor_ex(T)
+    np.testing.assert_array_equal(info.numpy(), want.info.cpu().numpy())
+    np.testing.assert_array_equal(info.numpy()[1:], [4, 1])
+    with pytest.raises(LinAlgError, match=r"\(Batch element 1\): U\[4,4\] is zero"):
+        vram.linalg.lu_factor(A)
+    with pytest.raises(LinAlgError, match=r"\(Batch element 1\): The solver failed"):
+        vram.linalg.solve(A, vram.ones((3, 6, 1), device=CUDA))
+    with pytest.raises(LinAlgError, match=r"\(Batch element 1\): The diagonal element 4"):
+        vram.linalg.inv(A)
+    close(vram.linalg.det(A), torch.linalg.det(T), vram.float32, scale=10)
+
+
+@pytest.mark.parametrize("algo", [None, 0, 1])
+def test_the_64_bit_api_matches_pytorch(monkeypatch, algo):
+    """Xgetrf / Xgetrs (int64 pivots, a kernel turns them into PyTorch's int32), taken here
+    for small matrices by lowering where the legacy API stops; ALG_0 and ALG_1 alike."""
+    monkeypatch.setattr(_lu, "X_API_ELEMENTS", 1)
+    monkeypatch.setattr(_solve, "X_API_ELEMENTS", 1)
+    a, b = random((5, 40, 40), vram.complex64, seed=8), random((5, 40, 2), vram.complex64, 9)
+    (A, T), (B, TB) = on_both(a), on_both(b)
+    for path in ("cusolver", "streams"):
+        with _dispatch.forced(path, streams=3, algo=algo):
+            LU, pivots = vram.linalg.lu_factor(A)
+            X = vram.linalg.lu_solve(LU, pivots, B, adjoint=True)
+        want = torch.linalg.lu_factor(T)
+        np.testing.assert_array_equal(pivots.numpy(), want.pivots.cpu().numpy())
+        close(LU, want.LU, vram.complex64, scale=10)
+        close(X, torch.linalg.lu_solve(want.LU, want.pivots, TB, adjoint=True), vram.complex64, 10)
+
+
+def test_default_dispatch_at_the_crossovers_matches_pytorch():
+    """Every size the crossover table separates, as the default dispatch runs it."""
+    for n, batch in ((32, 64), (128, 16), (256, 8), (511, 4), (512, 4), (1024, 2), (2048, 1)):
+        a = random((batch, n, n), vram.float32, seed=n)
+        A, T = on_both(a)
+        LU, pivots, info = vram.linalg.lu_factor_ex(A)
+        want = torch.linalg.lu_factor_ex(T)
+        np.testing.assert_array_equal(info.numpy(), want.info.cpu().numpy())
+        lu, piv = LU.numpy(), pivots.numpy()
+        for i in range(batch):  # pivots may differ on near ties: compare P L U with A
+            lower = np.tril(lu[i], -1) + np.eye(n)
+            product = lower.astype(np.float64) @ np.triu(lu[i]).astype(np.float64)
+            for k in range(n - 1, -1, -1):
+                p = piv[i, k] - 1
+                product[[k, p]] = product[[p, k]]
+            np.testing.assert_allclose(product, a[i], atol=2e-3 * np.sqrt(n))
+
+
+MALLOC_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    import numpy as np
+    import vram
+    device = vram.device("cuda:0")
+    out = {}
+    for n in (511, 512, 513):
+        for batch in (16, 64):
+            A = vram.tensor(np.random.default_rng(n).standard_normal((batch, n, n)),
+                            dtype=vram.float32, device=device)
+            vram.memory.empty_cache(device)  # every workspace cold again
+            vram.synchronize(device)
+            with vram.memory.count_device_calls(device) as cold:
+                vram.linalg.lu_factor_ex(A)
+                vram.synchronize(device)
+            with vram.memory.count_device_calls(device) as warm:
+                vram.linalg.lu_factor_ex(A)
+                vram.synchronize(device)
+            plan = vram.linalg.plan_lu(n, n, batch, "float32")
+            out[f"{batch}x{n}"] = [cold.device_malloc, warm.device_malloc, plan.path]
+    print(json.dumps(out))
+    """
+)
+
+
+def test_device_mallocs_are_constant_in_the_batch_on_the_gpu():
+    """The issue's proof on the GPU: with VRAM_NO_CACHING=1 every allocation is a cudaMalloc;
+    lu_factor_ex of (16, n, n) and (64, n, n) make the same number, at 511, 512 and 513.
+    (PyTorch: 20 at (16, 512, 512) before pytorch#181998, 5 after.)"""
+    paths = [str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, VRAM_NO_CACHING="1", PYTHONPATH=os.pathsep.join(filter(None, paths)))
+    run = subprocess.run(
+        [sys.executable, "-c", MALLOC_SCRIPT], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    counts = json.loads(run.stdout.strip().splitlines()[-1])
+    print(counts)
+    for n in (511, 512, 513):
+        small, large = counts[f"16x{n}"], counts[f"64x{n}"]
+        assert small[:2] == large[:2], counts
+        assert small[1] == 3  # warm: LU, pivots and info, nothing else
