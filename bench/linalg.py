@@ -107,6 +107,16 @@ def time_call(call: Call, sync: Callable[[], None]) -> float:
     return statistics.median(runs)
 
 
+def guarded(name: str, context, call: Call, sync, skipped: list[str]) -> float | None:
+    """``time_call`` inside ``context``; a variant that fails is reported, not fatal."""
+    try:
+        with context:
+            return time_call(call, sync)
+    except Exception as exc:  # one broken variant must not cost the whole GPU run
+        skipped.append(f"{name}: {type(exc).__name__}: {exc}"[:300])
+        return None
+
+
 # ---- peers ---------------------------------------------------------------------------------
 
 
@@ -155,8 +165,7 @@ def lu_rows(device: vram.Device, sizes, cuda: bool) -> tuple[list[dict], list[st
         sync = lambda: vram.synchronize(device)  # noqa: E731
         cells: dict[str, float | None] = {}
         for name, context in vram_variants(n, batch):
-            with context:
-                cells[name] = time_call(partial(vram.linalg.lu_factor, A), sync)
+            cells[name] = guarded(name, context, partial(vram.linalg.lu_factor, A), sync, skipped)
         plan = vram.linalg.plan_lu(n, n, batch, "float32")
         if cuda:
             try:
@@ -168,7 +177,7 @@ def lu_rows(device: vram.Device, sizes, cuda: bool) -> tuple[list[dict], list[st
                     cells[name] = time_call(call, torch.cuda.synchronize)
                 torch.backends.cuda.preferred_linalg_library("default")
                 del T
-            except _Skip as skip:
+            except Exception as skip:  # a peer that fails is reported, not fatal
                 skipped.append(str(skip))
             try:
                 cupy, cupy_linalg = _cupy()
@@ -177,12 +186,12 @@ def lu_rows(device: vram.Device, sizes, cuda: bool) -> tuple[list[dict], list[st
                     sync_cupy = cupy.cuda.runtime.deviceSynchronize
                     cells["cupy"] = time_call(partial(cupy_linalg.lu_factor, C), sync_cupy)
                     del C
-            except _Skip as skip:
+            except Exception as skip:  # a peer that fails is reported, not fatal
                 skipped.append(str(skip))
-        best_torch = min((v for k, v in cells.items() if k.startswith("torch")), default=None)
+        best_torch = min((v for k, v in cells.items() if k.startswith("torch") and v), default=None)
         row = {"op": "lu_factor", "n": n, "batch": batch, "vram_plan": plan.path}
         row.update({k: round(v, 4) for k, v in cells.items() if v is not None})
-        if best_torch:
+        if best_torch and cells.get("vram"):
             row["vram / best torch"] = round(cells["vram"] / best_torch, 3)
         rows.append(row)
         print(_line(row), flush=True)
@@ -199,15 +208,15 @@ def solve_rows(device: vram.Device, sizes, cuda: bool) -> tuple[list[dict], list
             b = rng.standard_normal((batch, n, k)).astype(np.float32)
             B = vram.tensor(b, device=device)
             sync = lambda: vram.synchronize(device)  # noqa: E731
-            cells: dict[str, float] = {}
+            cells: dict[str, float | None] = {}
             variants = [("vram", nullcontext()), ("vram cusolver", _dispatch.forced("cusolver"))]
             if n <= CUBLAS_MAX_N:
                 variants.append(("vram cublas", _dispatch.forced("cublas")))
             if batch >= 8:
                 variants.append(("vram streams 8", _dispatch.forced("streams", streams=8)))
             for name, context in variants:
-                with context:
-                    cells[name] = time_call(partial(vram.linalg.solve, A, B), sync)
+                call = partial(vram.linalg.solve, A, B)
+                cells[name] = guarded(name, context, call, sync, skipped)
             if cuda:
                 try:
                     torch = _torch()
@@ -218,7 +227,7 @@ def solve_rows(device: vram.Device, sizes, cuda: bool) -> tuple[list[dict], list
                         cells[name] = time_call(call, torch.cuda.synchronize)
                     torch.backends.cuda.preferred_linalg_library("default")
                     del TA, TB
-                except _Skip as skip:
+                except Exception as skip:  # a peer that fails is reported, not fatal
                     skipped.append(str(skip))
                 try:
                     cupy, _ = _cupy()
@@ -226,13 +235,15 @@ def solve_rows(device: vram.Device, sizes, cuda: bool) -> tuple[list[dict], list
                     sync_cupy = cupy.cuda.runtime.deviceSynchronize
                     cells["cupy"] = time_call(partial(cupy.linalg.solve, CA, CB), sync_cupy)
                     del CA, CB
-                except _Skip as skip:
+                except Exception as skip:  # a peer that fails is reported, not fatal
                     skipped.append(str(skip))
-            best_torch = min((v for key, v in cells.items() if key.startswith("torch")), default=0)
+            best_torch = min(
+                (v for key, v in cells.items() if key.startswith("torch") and v), default=0
+            )
             row = {"op": "solve", "n": n, "batch": batch, "nrhs": k}
             row["vram_plan"] = vram.linalg.plan_lu(n, n, batch, "float32").path
-            row.update({key: round(v, 4) for key, v in cells.items()})
-            if best_torch:
+            row.update({key: round(v, 4) for key, v in cells.items() if v is not None})
+            if best_torch and cells.get("vram"):
                 row["vram / best torch"] = round(cells["vram"] / best_torch, 3)
             rows.append(row)
             print(_line(row), flush=True)
@@ -316,7 +327,7 @@ def malloc_table(device: vram.Device, cuda: bool) -> tuple[list[dict], list[str]
                 row["torch default requests"] = seen.get("default")
                 row["torch cusolver requests"] = seen.get("cusolver")
                 row["pytorch#181997"] = PYTORCH_ISSUE.get(row["shape"], "")
-        except _Skip as skip:
+        except Exception as skip:  # reported, not fatal
             skipped.append(str(skip))
     for row in rows:
         row["op"] = "device mallocs"
