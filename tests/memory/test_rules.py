@@ -57,14 +57,15 @@ def test_roundup_power2_divisions_single_value(allocator, alloc, stats, size, ro
         (MiB + 1, MiB + 128 * KiB),  # everything below 64 MiB takes the first entry (8)
         (100 * MiB, 104 * MiB),  # [64 MiB, 128 MiB): 8 divisions
         (200 * MiB + 1, 200 * MiB + 512),  # [128 MiB, 256 MiB): no entry, 0
-        (300 * MiB + 1, 300 * MiB + 512),  # '>' from the last interval on (256 MiB too): 1
+        (300 * MiB + 1, 320 * MiB),  # [256 MiB, 512 MiB): 4 divisions (64 MiB steps)
+        (600 * MiB + 1, 600 * MiB + 512),  # '>' from the interval after the last one named: 1
         (5 << 30, 5 << 30),
     ],
 )
 def test_roundup_power2_divisions_list(allocator, size, rounded):
     set_allocator_settings("roundup_power2_divisions:[64:8,256:4,>:1]")
     table = allocator.config.roundup_power2_divisions
-    assert table == (8,) * 7 + (0,) + (1,) * 8  # '>' overwrites 256's entry, as in PyTorch
+    assert table == (8,) * 7 + (0, 4) + (1,) * 7  # '>' keeps 256's entry, as PyTorch 2.11
     assert allocator.round_size(size) == rounded
 
 
