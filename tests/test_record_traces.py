@@ -141,3 +141,11 @@ def test_every_workload_has_a_description_and_a_run(recorder):
     assert set(recorder.WORKLOADS) == set(recorder.RUNS)
     assert set(recorder.SETTINGS) == {"default", "max_split", "rp2", "expandable"}
     assert recorder.SETTINGS["default"] == ""
+
+
+def test_the_readme_lists_every_workload_and_setting(recorder):
+    text = (ROOT / "README.md").read_text()
+    for name, what in recorder.WORKLOADS.items():
+        assert f"| `{name}` | {what} |" in text
+    for name, value in recorder.SETTINGS.items():
+        assert f"| `{name}` | `{value}` |" in text or (not value and f"| `{name}` | (unset" in text)
