@@ -291,7 +291,7 @@ class _LtPlan:
 
     __slots__ = (
         "call", "device", "lt", "desc", "layouts", "algo", "algo_ptr", "workspace", "scalars",
-        "alpha_ptr", "beta_ptr", "mode", "fused", "bias_ptr", "activation",
+        "alpha_ptr", "beta_ptr", "mode", "fused", "bias_ptr", "activation", "alpha", "beta",
     )  # fmt: skip
 
     def __init__(
@@ -317,6 +317,7 @@ class _LtPlan:
         self.algo_ptr = algo.ctypes.data
         self.workspace = workspace  # bytes the algorithm needs
         self.scalars = np.zeros(2, dtype=_SCALE[dt][0])  # alpha, beta (host pointer mode)
+        self.alpha = self.beta = 0.0  # what ``scalars`` holds (beta stays 0 unless used)
         self.alpha_ptr = self.scalars.ctypes.data
         self.beta_ptr = self.alpha_ptr + self.scalars.itemsize
         self.mode = mode
@@ -338,15 +339,16 @@ class _LtPlan:
         po: int,
     ) -> None:
         scalars = self.scalars
-        scalars[0] = alpha
+        if alpha != self.alpha:
+            scalars[0] = self.alpha = alpha
         if self.fused:
-            scalars[1] = 0
             ptr = bias.data_ptr()
             if ptr != self.bias_ptr:
                 _cublas.set_matmul_desc(self.desc, "BIAS_POINTER", ptr)
                 self.bias_ptr = ptr
         else:
-            scalars[1] = beta if self.mode else 0
+            if self.mode and beta != self.beta:
+                scalars[1] = self.beta = beta
             if self.mode == _BIAS:  # PyTorch: out = bias, then the product accumulates
                 copy(out, bias.expand(out.shape))
         p, q = (pb, pa) if self.call.swap else (pa, pb)
