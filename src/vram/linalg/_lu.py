@@ -9,7 +9,7 @@ then factored in place by the plan ``_dispatch.plan_lu`` picks:
 - "cublas": getrfBatched over a device array of matrix pointers, made by a kernel into the
   "linalg" workspace (no host copy);
 - "cusolver" / "streams": getrf for each matrix with the workspace size queried ONCE and
-  ONE workspace per stream from ``vram.memory.get_workspace`` (pytorch#181997's fix).
+  ONE workspace per stream (``_workspace``: vram.memory.get_workspace's; pytorch#181997's fix).
   Xgetrf (the 64-bit API) where the matrix is too large for the legacy one, or where the
   table names an algorithm: its int64 pivots go to the "linalg" workspace, and one kernel
   turns them into PyTorch's int32 pivots at the end.
@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .. import memory
 from .._dtypes import int32
 from .._streams import Stream, current_stream
 from .._tensor import Tensor
@@ -32,6 +31,7 @@ from . import _checks
 from ._batch import run_batch
 from ._dispatch import Plan, plan_lu
 from ._libs import libs_for
+from ._workspace import CallWorkspaces
 
 __all__ = ["lu_factor_ex", "lu_factor", "factor", "column_major_empty", "LUFactor", "LUFactorEx"]
 
@@ -76,14 +76,17 @@ def factor(
     item = lu.dtype.itemsize
     base, stride = lu.data_ptr(), m * n * item
     ipiv, infos = pivots.data_ptr(), info.data_ptr()
+    spaces = CallWorkspaces()
     if plan.path == "cublas":
-        arrays = memory.get_workspace(8 * batch, library="linalg", device=lu.device, stream=stream)
+        arrays = spaces.get(8 * batch, "linalg", stream)
         libs.pointers(stream, arrays, base, stride, batch)
         libs.getrf_batched(stream, dtype, n, arrays, m, ipiv if pivot else 0, infos, batch)
     elif plan.algo is None and m * n < X_API_ELEMENTS:
-        _getrf_legacy(libs, stream, plan, dtype, m, n, batch, base, stride, ipiv, infos, pivot)
+        args = (dtype, m, n, batch, base, stride, ipiv, infos, pivot)
+        _getrf_legacy(libs, spaces, stream, plan, *args)
     else:
-        _getrf_x(libs, stream, plan, dtype, m, n, batch, base, stride, ipiv, infos, pivot)
+        args = (dtype, m, n, batch, base, stride, ipiv, infos, pivot)
+        _getrf_x(libs, spaces, stream, plan, *args)
     if not pivot:  # PyTorch returns the trivial permutation
         libs.trivial_pivots(stream, ipiv, k, batch * k)
     return plan
@@ -91,6 +94,7 @@ def factor(
 
 def _getrf_legacy(
     libs,
+    spaces: CallWorkspaces,
     stream: Stream,
     plan: Plan,
     dtype: str,
@@ -108,7 +112,7 @@ def _getrf_legacy(
     lwork = libs.getrf_workspace(stream, dtype, m, n, base, m)  # once for the whole batch
 
     def workspace(s: Stream) -> int:
-        return memory.get_workspace(lwork, library="cusolver", device=s.device, stream=s)
+        return spaces.get(lwork, "cusolver", s)
 
     def call(s: Stream, ws: int, i: int) -> None:
         piv = ipiv + 4 * k * i if pivot else 0
@@ -119,6 +123,7 @@ def _getrf_legacy(
 
 def _getrf_x(
     libs,
+    spaces: CallWorkspaces,
     stream: Stream,
     plan: Plan,
     dtype: str,
@@ -138,12 +143,10 @@ def _getrf_x(
     lwork, host = libs.xgetrf_workspace(stream, dtype, m, n, base, m, algo)
     pivots64 = 0
     if pivot:
-        pivots64 = memory.get_workspace(
-            8 * k * batch, library="linalg", device=stream.device, stream=stream
-        )
+        pivots64 = spaces.get(8 * k * batch, "linalg", stream)
 
     def workspace(s: Stream) -> int:
-        return memory.get_workspace(lwork, library="cusolver", device=s.device, stream=s)
+        return spaces.get(lwork, "cusolver", s)
 
     def call(s: Stream, ws: int, i: int) -> None:
         piv = pivots64 + 8 * k * i if pivot else 0

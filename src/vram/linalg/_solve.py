@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .. import memory
 from .._dtypes import complex64, complex128, float32, float64, int32
 from .._streams import Stream, current_stream
 from .._tensor import Tensor, contiguous_strides
@@ -28,6 +27,7 @@ from ._batch import run_batch
 from ._dispatch import Plan, plan_solve
 from ._libs import libs_for
 from ._lu import column_major_empty, factor
+from ._workspace import CallWorkspaces
 
 __all__ = [
     "lu_solve",
@@ -80,9 +80,9 @@ def solve_in_place(
     a, a_step = lu.data_ptr(), n * n * item
     b, b_step = x.data_ptr(), n * nrhs * item
     ipiv = pivots.data_ptr()
-    device = x.device
+    spaces = CallWorkspaces()
     if plan.path == "cublas":
-        arrays = memory.get_workspace(16 * batch, library="linalg", device=device, stream=stream)
+        arrays = spaces.get(16 * batch, "linalg", stream)
         libs.pointers(stream, arrays, a, a_step, batch)
         libs.pointers(stream, arrays + 8 * batch, b, b_step, batch)
         libs.getrs_batched(
@@ -93,9 +93,7 @@ def solve_in_place(
     # per matrix: an info slot (getrs reports bad arguments there), and for Xgetrs the
     # pivots as int64
     infos_bytes = -(-4 * batch // 256) * 256
-    scratch = memory.get_workspace(
-        infos_bytes + (8 * n * batch if wide else 0), library="linalg", device=device, stream=stream
-    )
+    scratch = spaces.get(infos_bytes + (8 * n * batch if wide else 0), "linalg", stream)
     pivots64 = scratch + infos_bytes
     if wide:
         libs.pivots_to_int64(stream, pivots64, ipiv, n * batch)
