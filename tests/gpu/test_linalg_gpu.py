@@ -233,4 +233,5 @@ def test_device_mallocs_are_constant_in_the_batch_on_the_gpu():
     for n in (511, 512, 513):
         small, large = counts[f"16x{n}"], counts[f"64x{n}"]
         assert small[:2] == large[:2], counts
-        assert small[1] == 3  # warm: LU, pivots and info, nothing else
+        if hasattr(vram.memory, "get_workspace"):  # workspaces kept across calls
+            assert small[1] == 3  # warm: LU, pivots and info, nothing else
