@@ -244,8 +244,8 @@ def test_bundled_traces_load(name):
     from vram.tools import load_snapshot
 
     path = TRACES / f"{name}-default.pickle.xz"
-    if not path.exists():
-        pytest.skip(f"{path.name} is not recorded yet (bench/record_traces.py)")
+    if not any(TRACES.glob("*.pickle.xz")):  # until the traces are committed
+        pytest.skip("tests/data/traces/ has no traces yet (bench/record_traces.py)")
     snap = load_snapshot(path)
     assert set(SEGMENT_KEYS) <= set(snap["segments"][0])
     recorded = [e for e in snap["device_traces"][0] if e["action"] == "segment_alloc"]
