@@ -218,12 +218,12 @@ def test_fused_steps_take_two_launches_for_two_hundred_tensors(sim0, monkeypatch
     monkeypatch.setattr(sim, "enqueue", lambda s, fn: (counted.append(s), original(s, fn)))
     opt.step()
     assert len(counted) == 2  # steps += 1, then the update
-    cached = dict(opt._fused_plans._cached)
+    cached = dict(opt._fused_plans._groups)
     opt.step()
-    assert dict(opt._fused_plans._cached) == cached  # the same plan, no rebuild
+    assert dict(opt._fused_plans._groups) == cached  # the same plan, no rebuild
     ps[3].grad = vram.ones(ps[3].shape, device=sim0)  # a new gradient: a new plan
     opt.step()
-    assert dict(opt._fused_plans._cached) != cached
+    assert dict(opt._fused_plans._groups) != cached
     assert opt.state[ps[3]]["step"].item() == 4.0
 
 

@@ -60,6 +60,7 @@ __all__ = [
 ]
 
 _FLOATS = (float16, bfloat16, float32, float64)
+_FLOAT_NAMES = frozenset(dt.name for dt in _FLOATS)
 _ALIGN = 64  # bytes between the views of one output allocation
 
 
@@ -134,7 +135,7 @@ def _is_number(value: Any) -> bool:
 
 def _check_self(name: str, tensors: list[Tensor]) -> None:
     for i, t in enumerate(tensors):
-        if t.dtype not in _FLOATS:
+        if t.dtype.name not in _FLOAT_NAMES:
             raise RuntimeError(
                 f"{name}: self[{i}] has dtype {t.dtype}; foreach ops take float16, bfloat16, "
                 "float32 and float64 tensors"
@@ -150,11 +151,11 @@ def _check_pair(name: str, argument: str, self_: list[Tensor], other: list[Tenso
             f"and {len(other)} ('{argument}')"
         )
     for i, (a, b) in enumerate(zip(self_, other, strict=True)):
-        if b.device != a.device:
+        if b.device is not a.device and b.device != a.device:
             raise RuntimeError(
                 f"{name}: '{argument}'[{i}] is on {b.device}, but self[{i}] is on {a.device}"
             )
-        if b.dtype != a.dtype:
+        if b.dtype is not a.dtype and b.dtype != a.dtype:
             raise RuntimeError(
                 f"{name}: '{argument}'[{i}] has dtype {b.dtype}, but self[{i}] has {a.dtype}"
             )
@@ -188,15 +189,16 @@ def _run(
     """``out[i] = op(inputs[k][i] ..., scalar or scalars[i], alpha)`` for every i; ``out``
     may be ``inputs[0]`` (in place). ``scalars`` of tensors are one-element device scalars."""
     in_place = bool(inputs) and out is inputs[0]
-    groups: dict[tuple[Any, dtype], list[int]] = {}
+    groups: dict[tuple[str, int, str], list[int]] = {}
     slow: list[int] = []
     for i, t in enumerate(out):
-        tensors = [t, *(lst[i] for lst in inputs)]
-        if all(x.is_contiguous() for x in tensors):
-            groups.setdefault((t.device, t.dtype), []).append(i)
+        if _dense(t) and all(_dense(lst[i]) for lst in inputs):
+            device = t._storage.device
+            groups.setdefault((device.type, device.index, t.dtype.name), []).append(i)
         else:
             slow.append(i)
-    for (_, dt), index in groups.items():
+    for index in groups.values():
+        dt = out[index[0]].dtype
         lists = [[lst[i] for i in index] for lst in inputs]
         if not in_place:
             lists.append([out[i] for i in index])
@@ -226,7 +228,7 @@ def _launch(
     alpha: float,
 ) -> None:
     mode = 0 if extras is None else 2 if isinstance(extras[0], Tensor) else 1
-    plan = TensorListPlan(lists, extras, extra_dtype=dt.np)
+    plan = TensorListPlan(lists, extras, extra_dtype=dt.np, check=False)
     depth, nin = len(lists), op.inputs
     out_index = 0 if in_place else nin
     kernel = (
@@ -244,6 +246,11 @@ def _launch(
         arrays[out_index][...] = np.asarray(result, dtype=math).astype(element)
 
     plan.launch(_source, kernel, (np.float64(scalar), np.float64(alpha)), host=host)
+
+
+def _dense(t: Tensor) -> bool:
+    """Contiguous (the common case answered by one comparison of cached strides)."""
+    return t._stride == contiguous_strides(t._shape) or t.is_contiguous()
 
 
 def _new_like(tensors: list[Tensor]) -> list[Tensor]:

@@ -104,7 +104,7 @@ def kernel_source(*paths: str) -> str:
 class _Launch:
     meta: np.void  # the TensorListMeta value, passed by value
     blocks: int
-    entries: list[tuple[tuple[int, ...], int, Any]]  # (addresses, numel, extra) for host runs
+    entries: tuple[np.ndarray, np.ndarray, np.ndarray | None]  # addresses, numels, extras
 
 
 class TensorListPlan:
@@ -112,8 +112,8 @@ class TensorListPlan:
 
     ``lists`` are ``depth`` sequences of one length (see the module docstring); ``extras``,
     when given, has one number or tensor per position (for tensors, host runs view one
-    element of ``extra_dtype``). The plan keeps no tensor alive: the caller keeps them alive
-    while it launches the plan.
+    element of ``extra_dtype``). ``check=False`` skips checking the lists (for callers that
+    did). The plan keeps no tensor alive: the caller keeps them alive while it launches it.
     """
 
     __slots__ = (
@@ -126,6 +126,7 @@ class TensorListPlan:
         "launches",
         "dtypes",
         "_kernels",
+        "_float_extras",
     )
 
     def __init__(
@@ -135,6 +136,7 @@ class TensorListPlan:
         *,
         extra_dtype: Any = np.float32,
         tile: int | None = None,
+        check: bool = True,
     ) -> None:
         if not lists or not lists[0]:
             raise ValueError("multi_tensor_apply needs at least one list of at least one tensor")
@@ -148,16 +150,32 @@ class TensorListPlan:
         self.n = capacity(self.depth, self.extra, params_limit(self.device))
         self.launches: list[_Launch] = []
         self._kernels: dict[str, Any] = {}
-        self._build(lists, extras)
+        self._build(lists, extras, check)
 
     # ---- building ----------------------------------------------------------------------
-    def _build(self, lists: Sequence[Sequence[Tensor]], extras: Sequence[Extra] | None) -> None:
-        itemsizes = [dt.itemsize for dt in self.dtypes]
-        rows: list[tuple[tuple[int, ...], int, Any]] = []
+    def _build(
+        self, lists: Sequence[Sequence[Tensor]], extras: Sequence[Extra] | None, check: bool
+    ) -> None:
+        if check:
+            self._check(lists)
+        numels = np.array([t.numel() for t in lists[0]], dtype=np.int64)
+        addresses = np.array([[t.data_ptr() for t in lst] for lst in lists], dtype=np.uint64)
+        self._float_extras = extras is not None and not isinstance(extras[0], Tensor)
+        values = None if extras is None else self._extra_values(extras)
+        keep = numels > 0
+        if (numels > MAX_ENTRY).any():  # rare: cut large tensors into entries
+            addresses, numels, values = self._split(addresses, numels, values)
+        elif not keep.all():
+            addresses, numels = addresses[:, keep], numels[keep]
+            values = None if values is None else values[keep]
+        for first in range(0, numels.size, self.n):
+            part = slice(first, first + self.n)
+            extra = None if values is None else values[part]
+            self.launches.append(self._pack(addresses[:, part], numels[part], extra))
+
+    def _check(self, lists: Sequence[Sequence[Tensor]]) -> None:
         for i, t in enumerate(lists[0]):
             numel = t.numel()
-            if numel == 0:
-                continue
             for k, lst in enumerate(lists):
                 other = lst[i]
                 if other.dtype != self.dtypes[k] or other.numel() != numel:
@@ -170,42 +188,46 @@ class TensorListPlan:
                         f"multi_tensor_apply: tensor {i} of list {k} must be contiguous and "
                         f"on {self.device}"
                     )
-            bases = tuple(lst[i].data_ptr() for lst in lists)
-            extra = None if extras is None else self._extra_value(extras[i])
+
+    def _extra_values(self, extras: Sequence[Extra]) -> np.ndarray:
+        """The extras as the metadata's 8-byte words: addresses, or doubles' bits."""
+        if isinstance(extras[0], Tensor):
+            return np.array([t.data_ptr() for t in extras], dtype=np.uint64)
+        return np.array([float(v) for v in extras], dtype=np.float64).view(np.uint64)
+
+    def _split(
+        self, addresses: np.ndarray, numels: np.ndarray, values: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Entries of at most MAX_ENTRY elements (empty tensors dropped)."""
+        sizes = np.array([dt.itemsize for dt in self.dtypes], dtype=np.uint64)
+        cols, counts, index = [], [], []
+        for i, numel in enumerate(numels.tolist()):
             for start in range(0, numel, MAX_ENTRY):
-                addresses = tuple(
-                    b + start * size for b, size in zip(bases, itemsizes, strict=True)
-                )
-                rows.append((addresses, min(MAX_ENTRY, numel - start), extra))
-        for first in range(0, len(rows), self.n):
-            self.launches.append(self._pack(rows[first : first + self.n]))
+                cols.append(addresses[:, i] + np.uint64(start) * sizes)
+                counts.append(min(MAX_ENTRY, numel - start))
+                index.append(i)
+        split = np.array(cols, dtype=np.uint64).reshape(-1, self.depth).T
+        kept = None if values is None else values[np.array(index, dtype=np.int64)]
+        return split, np.array(counts, dtype=np.int64), kept
 
-    def _extra_value(self, extra: Extra) -> Any:
-        if isinstance(extra, Tensor):
-            return extra.data_ptr()
-        return float(extra)
-
-    def _pack(self, rows: list[tuple[tuple[int, ...], int, Any]]) -> _Launch:
+    def _pack(
+        self, addresses: np.ndarray, numels: np.ndarray, values: np.ndarray | None
+    ) -> _Launch:
         meta = np.zeros((), dtype=meta_dtype(self.depth, self.n, self.extra))
-        count = len(rows)
-        numels = np.fromiter((numel for _, numel, _ in rows), dtype=np.int64, count=count)
+        count = numels.size
         tiles = -(-numels // self.tile)
         first = np.zeros(count, dtype=np.int64)
         np.cumsum(tiles[:-1], out=first[1:])
-        meta["addresses"][:, :count] = np.array([a for a, _, _ in rows], dtype=np.uint64).T
+        meta["addresses"][:, :count] = addresses
         meta["numel"][:count] = numels
         meta["first_tile"][:count] = first
         meta["ntensors"] = count
-        if self.extra:
-            values = [e for _, _, e in rows]
-            if isinstance(values[0], float):
-                meta["extra"][:count] = np.array(values, dtype=np.float64).view(np.uint64)
-            else:
-                meta["extra"][:count] = np.array(values, dtype=np.uint64)
+        if values is not None:
+            meta["extra"][:count] = values
         blocks = int(tiles.sum())
         if blocks >= 2**31:
             raise ValueError("multi_tensor_apply: more than 2**31 tiles in one launch")
-        return _Launch(meta[()], blocks, rows)
+        return _Launch(meta[()], blocks, (addresses, numels, values))
 
     # ---- running -----------------------------------------------------------------------
     def launch(
@@ -252,22 +274,29 @@ class TensorListPlan:
             self._kernels[name] = compiled
         return compiled
 
-    def _run_host(self, host: Callable[..., None], entries: list, stream: Stream | None) -> None:
+    def _run_host(self, host: Callable[..., None], entries: tuple, stream: Stream | None) -> None:
         dtypes = [dt.np for dt in self.dtypes]
-        extra_is_pointer = self.extra and entries and not isinstance(entries[0][2], float)
-        if self.device.type == "cpu":
-            view = _host_view
+        addresses, numels, values = entries
+        columns = addresses.T.tolist()
+        counts = numels.tolist()
+        if values is None:
+            extras: list[Any] = [None] * len(counts)
+        elif self._float_extras:
+            extras = values.view(np.float64).tolist()
         else:
-            view = self.device.driver.view
+            extras = values.tolist()
+        pointer = values is not None and not self._float_extras
+        view = _host_view if self.device.type == "cpu" else self.device.driver.view
+        extra_dtype = self.extra_dtype
 
         def run() -> None:
-            for addresses, numel, extra in entries:
+            for column, numel, extra in zip(columns, counts, extras, strict=True):
                 arrays = [
                     _array(view, address, numel, dt)
-                    for address, dt in zip(addresses, dtypes, strict=True)
+                    for address, dt in zip(column, dtypes, strict=True)
                 ]
-                if extra_is_pointer:
-                    extra = _array(view, extra, 1, self.extra_dtype)
+                if pointer:
+                    extra = _array(view, extra, 1, extra_dtype)
                 host(arrays, extra)
 
         if stream is None:

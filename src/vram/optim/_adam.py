@@ -16,8 +16,11 @@ moments for float16 / bfloat16 parameters, fused only).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from .._dtypes import as_dtype, float32
 from .._factories import tensor, zeros
@@ -126,40 +129,55 @@ class Adam(Optimizer):
         return wanted
 
     def _init_group(self, index: int, group: dict[str, Any]) -> tuple[list[Tensor], ...]:
-        params, grads, exp_avgs, exp_avg_sqs, max_sqs, steps = [], [], [], [], [], []
-        fused, capturable = bool(group["fused"]), bool(group["capturable"])
-        for j, p in enumerate(group["params"]):
-            grad = p.grad
-            if grad is None:
-                continue
-            _check_grad(index, j, p, grad)
-            state = self.state[p]
-            if len(state) == 0:
-                if fused:
-                    _check_fused(p)
-                on_device = fused or capturable
-                state["step"] = (
-                    zeros((), dtype=float32, device=p.device)
-                    if on_device
-                    else tensor(0.0, dtype=float32, device="cpu")
-                )
-                moments = self._moment_dtype(p, fused)
-                state["exp_avg"] = zeros(p.shape, dtype=moments, device=p.device)
-                state["exp_avg_sq"] = zeros(p.shape, dtype=moments, device=p.device)
-                if group["amsgrad"]:
-                    state["max_exp_avg_sq"] = zeros(p.shape, dtype=moments, device=p.device)
-            params.append(p)
-            grads.append(grad)
-            exp_avgs.append(state["exp_avg"])
-            exp_avg_sqs.append(state["exp_avg_sq"])
-            if group["amsgrad"]:
-                max_sqs.append(state["max_exp_avg_sq"])
-            if group["foreach"] and isinstance(group["lr"], Tensor) and not capturable:
-                raise RuntimeError(
-                    "lr as a Tensor is not supported for capturable=False and foreach=True"
-                )
-            steps.append(state["step"])
-        return params, grads, exp_avgs, exp_avg_sqs, max_sqs, steps
+        """The group's parameters with a gradient and their gradients, moments and steps;
+        checks new gradients and makes missing state (PyTorch's lazy initialization)."""
+        if group["foreach"] and isinstance(group["lr"], Tensor) and not group["capturable"]:
+            raise RuntimeError(
+                "lr as a Tensor is not supported for capturable=False and foreach=True"
+            )
+        all_params = group["params"]
+        all_grads, checked = self._gradients(index, all_params)
+        keys = ["exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"]
+        if not group["amsgrad"]:
+            keys.remove("max_exp_avg_sq")
+        if checked:  # the same gradients as last step: their state exists
+            params = [p for p, g in zip(all_params, all_grads, strict=True) if g is not None]
+            states = [self.state[p] for p in params]
+            try:
+                found = {key: list(map(operator.itemgetter(key), states)) for key in keys}
+            except KeyError:  # state changed by hand (or amsgrad turned on): the full path
+                checked = False
+        if not checked:
+            params = []
+            for j, (p, grad) in enumerate(zip(all_params, all_grads, strict=True)):
+                if grad is not None:
+                    _check_grad(index, j, p, grad)
+                    self._init_state(p, group)
+                    params.append(p)
+            states = [self.state[p] for p in params]
+            found = {key: [state[key] for state in states] for key in keys}
+            self._checked_gradients(index, all_params, all_grads)
+        grads = [g for g in all_grads if g is not None]
+        max_sqs = found.get("max_exp_avg_sq", [])
+        return params, grads, found["exp_avg"], found["exp_avg_sq"], max_sqs, found["step"]
+
+    def _init_state(self, p: Tensor, group: dict[str, Any]) -> None:
+        state = self.state[p]
+        if len(state) != 0:
+            return
+        fused = bool(group["fused"])
+        if fused:
+            _check_fused(p)
+        state["step"] = (
+            zeros((), dtype=float32, device=p.device)
+            if fused or group["capturable"]
+            else tensor(0.0, dtype=float32, device="cpu")
+        )
+        moments = self._moment_dtype(p, fused)
+        state["exp_avg"] = zeros(p.shape, dtype=moments, device=p.device)
+        state["exp_avg_sq"] = zeros(p.shape, dtype=moments, device=p.device)
+        if group["amsgrad"]:
+            state["max_exp_avg_sq"] = zeros(p.shape, dtype=moments, device=p.device)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One Adam step over every group (see the module docstring). Queued on each
@@ -311,6 +329,20 @@ def _choose(group: dict[str, Any], params: list[Tensor]) -> tuple[bool, bool]:
     return bool(fused), bool(foreach)
 
 
+def _step_values(steps: list[Tensor]) -> list[float]:
+    """The values of cpu step tensors (PyTorch's _get_value), read from their host memory
+    directly: ``Tensor.item`` builds a NumPy view per call, too slow for thousands."""
+    values = []
+    for s in steps:
+        storage = s._storage
+        if storage.host is None or s.dtype != float32:
+            values.append(float(s.item()))
+            continue
+        at = s._offset * 4
+        values.append(float(storage.host[at : at + 4].view(np.float32)[0]))
+    return values
+
+
 # ---- the foreach sequence (PyTorch's _multi_tensor_adam) -----------------------------------------
 def _multi_tensor_adam(
     params: list[Tensor],
@@ -376,7 +408,7 @@ def _multi_tensor_adam(
             fe._foreach_div_(root, bc1)
             fe._foreach_addcdiv_(p, m, root)
         else:
-            values = [float(s.item()) for s in steps]
+            values = _step_values(steps)
             step_size = [(lr / (1 - beta1**s)) * -1 for s in values]
             bc2_sqrt = [(1 - beta2**s) ** 0.5 for s in values]
             fe._foreach_div_(root, bc2_sqrt)

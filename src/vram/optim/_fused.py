@@ -15,7 +15,6 @@ is freed at once).
 
 from __future__ import annotations
 
-import math
 import operator
 import weakref
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .._device import Device
-from .._dtypes import float32, float64
+from .._dtypes import float32
 from .._streams import current_stream
 from .._tensor import Tensor
 from ..ops._multi_tensor import ElementListPlan, TensorListPlan, kernel_source
@@ -48,41 +47,69 @@ def group_by_device_and_dtype(
 
 
 class _Cached:
-    """A plan and the tensors it was built from (gradients, list 1, held weakly)."""
+    """The plans of one device and dtype: the update's and the steps'."""
 
-    __slots__ = ("lists", "grads", "steps", "plan", "step_plan")
+    __slots__ = ("plan", "step_plan")
 
     def __init__(self, lists: list[list[Tensor]], steps: list[Tensor] | None) -> None:
-        self.lists = [lst for k, lst in enumerate(lists) if k != 1]
-        self.grads = [weakref.ref(g) for g in lists[1]]
-        self.steps = steps
         self.plan = TensorListPlan(lists, steps)
         self.step_plan = ElementListPlan(steps) if steps else None
+
+
+class _Group:
+    """A group's lists as the plans were built from them (gradients, list 1, held weakly)
+    and the plans per (device, dtypes)."""
+
+    __slots__ = ("lists", "grads", "steps", "parts")
+
+    def __init__(
+        self, lists: list[list[Tensor]], steps: list[Tensor] | None, key_lists: tuple[int, ...]
+    ) -> None:
+        self.lists = [list(lst) for k, lst in enumerate(lists) if k != 1]
+        self.grads = [weakref.ref(g) for g in lists[1]]
+        self.steps = list(steps) if steps is not None else None
+        self.parts: list[tuple[tuple, list[int], _Cached]] = []
+        for key, index in group_by_device_and_dtype(lists, key_lists).items():
+            sub = [[lst[i] for i in index] for lst in lists]
+            sub_steps = None if steps is None else [steps[i] for i in index]
+            self.parts.append((key, index, _Cached(sub, sub_steps)))
 
     def matches(self, lists: list[list[Tensor]], steps: list[Tensor] | None) -> bool:
         others = [lst for k, lst in enumerate(lists) if k != 1]
         if len(lists[1]) != len(self.grads) or len(others) != len(self.lists):
             return False
         is_ = operator.is_
-        if not all(all(map(is_, a, b)) for a, b in zip(others, self.lists, strict=True)):
+        for a, b in zip(others, self.lists, strict=True):
+            if len(a) != len(b) or not all(map(is_, a, b)):
+                return False
+        if not all(map(is_, lists[1], [ref() for ref in self.grads])):
             return False
-        if not all(map(is_, lists[1], (ref() for ref in self.grads))):
+        if (steps is None) != (self.steps is None):
             return False
         return steps is None or all(map(is_, steps, self.steps))  # type: ignore[arg-type]
 
 
 class FusedPlans:
-    """An optimizer's cached plans, by key (group index, device, dtypes)."""
+    """An optimizer's cached plans, by key (group index and the kernel's options). While a
+    group's tensors are the same objects as when its plans were built, a step reuses its
+    grouping by device and dtype and every launch's metadata."""
 
     def __init__(self) -> None:
-        self._cached: dict[tuple, _Cached] = {}
+        self._groups: dict[tuple, _Group] = {}
 
-    def get(self, key: tuple, lists: list[list[Tensor]], steps: list[Tensor] | None) -> _Cached:
-        cached = self._cached.get(key)
-        if cached is None or not cached.matches(lists, steps):
-            cached = _Cached(lists, steps)
-            self._cached[key] = cached
-        return cached
+    def parts(
+        self,
+        key: tuple,
+        lists: list[list[Tensor]],
+        steps: list[Tensor] | None,
+        key_lists: tuple[int, ...] = (0,),
+    ) -> list[tuple[tuple, list[int], _Cached]]:
+        """[(device and dtypes, indices, plans)] for ``lists`` (built or reused)."""
+        group = self._groups.get(key)
+        if group is None or not group.matches(lists, steps):
+            group = _Group(lists, steps, key_lists)
+            self._groups[key] = group
+        return group.parts
 
 
 # ---- device scalars ------------------------------------------------------------------------
@@ -152,11 +179,8 @@ def fused_adam(
 ) -> None:
     """PyTorch's _fused_adam_ / _fused_adamw_ over a group, per device and dtypes."""
     lists = [params, grads, exp_avgs, exp_avg_sqs] + ([max_exp_avg_sqs] if amsgrad else [])
-    for key, index in group_by_device_and_dtype(lists, (0, 2)).items():
+    for key, _, cached in plans.parts((group_key, amsgrad), lists, state_steps, (0, 2)):
         device, p_dtype, s_dtype = key
-        sub = [[lst[i] for i in index] for lst in lists]
-        steps = [state_steps[i] for i in index]
-        cached = plans.get((group_key, *key, amsgrad), sub, steps)
         stream = None if device.type == "cpu" else current_stream(device)
         lr_value, lr_tensor = _lr(device, lr)
         scale = _on(device, grad_scale, "grad_scale")
@@ -179,17 +203,19 @@ def fused_adam(
             np.int32(maximize),
             np.int32(adamw),
         )
-        consts = (lr_value, beta1, beta2, weight_decay, eps, maximize, adamw)
-        host = _adam_host(consts, _reader(lr_tensor), _reader(scale), _reader(found))
+        host = None
+        if device.type != "cuda":  # the same arithmetic in NumPy, reading device scalars late
+            consts = (lr_value, beta1, beta2, weight_decay, eps, maximize, adamw)
+            host = _adam_host(consts, _reader(lr_tensor), _reader(scale), _reader(found))
         cached.plan.launch(_source, kernel, args, stream, host=host)
         if found is not None:
-            reader = _reader(found)
+            read = _reader(found) if device.type != "cuda" else None
             cached.step_plan.launch(
                 _source,
                 "vram::optim::unskip_steps<{N}>",
                 (_pointer(found),),
                 stream,
-                lambda step, read=reader: _unskip(step, read),
+                lambda step, read=read: _unskip(step, read),
             )
 
 
@@ -198,51 +224,62 @@ def _unskip(step: np.ndarray, read: Callable[[], float] | None) -> None:
     step[0] = step[0] - np.float32(1) * np.float32(read())
 
 
+def _fma(a: Any, b: Any, c: Any, math_t: np.dtype) -> Any:
+    """fma(a, b, c) rounded once to float32 (through float64, where a float32 product is
+    exact); for float64, a * b + c."""
+    if math_t == np.float64:
+        return a * b + c
+    f64 = np.float64
+    return (np.asarray(a, f64) * np.asarray(b, f64) + np.asarray(c, f64)).astype(math_t)
+
+
 def _adam_host(
     consts: tuple,
     lr_reader: Callable[[], float] | None,
     scale_reader: Callable[[], float] | None,
     found_reader: Callable[[], float] | None,
 ) -> Callable[[list[np.ndarray], np.ndarray], None]:
-    """The fused Adam kernel's arithmetic in NumPy (kernels/fused.cu: adam_math)."""
+    """The fused Adam kernel's arithmetic in NumPy (kernels/fused.cu: adam_math), with the
+    FMAs the GPU makes rounded once."""
     lr0, beta1, beta2, weight_decay, eps, maximize, adamw = consts
 
     def run(arrays: list[np.ndarray], step_view: np.ndarray) -> None:
         if found_reader is not None and found_reader() == 1:
             return
-        lr = lr_reader() if lr_reader is not None else lr0
-        scale = scale_reader() if scale_reader is not None else None
         param, grad, exp_avg, exp_avg_sq = arrays[:4]
-        math_t = _opmath(param.dtype)
-        f64 = np.float64
-        step = float(step_view[0])
-        bc1 = math_t.type(1 - math.pow(beta1, step))
-        bc2_sqrt = math_t.type(math.sqrt(1 - math.pow(beta2, step)))
-        p = param.astype(math_t)
-        g = grad.astype(math_t)
-        if scale is not None:
-            g = (g.astype(f64) / scale).astype(math_t)
-            grad[...] = g.astype(grad.dtype)
-        if maximize:
-            g = -g
-        if weight_decay != 0:
-            if adamw:
-                p = (p.astype(f64) - (lr * weight_decay) * p.astype(f64)).astype(math_t)
+        m_t = _opmath(param.dtype)
+        cast = m_t.type
+        lr = cast(lr_reader() if lr_reader is not None else lr0)
+        b1, b2, wd, ep = cast(beta1), cast(beta2), cast(weight_decay), cast(eps)
+        step = cast(step_view[0])
+        with np.errstate(all="ignore"):
+            bc1 = cast(1) - np.power(b1, step)
+            bc2_sqrt = np.sqrt(cast(1) - np.power(b2, step))
+            p = param.astype(m_t)
+            g = grad.astype(m_t)
+            if scale_reader is not None:
+                g = g / cast(scale_reader())
+                grad[...] = g.astype(grad.dtype)
+            if maximize:
+                g = -g
+            if wd != 0:
+                if adamw:
+                    p = _fma(-(lr * wd), p, p, m_t)
+                else:
+                    g = _fma(p, wd, g, m_t)
+            m = _fma(b1, exp_avg.astype(m_t), _fma(-b1, g, g, m_t), m_t)
+            gg = g * g
+            v = _fma(b2, exp_avg_sq.astype(m_t), _fma(-b2, gg, gg, m_t), m_t)
+            step_size = lr / bc1
+            if len(arrays) == 5:
+                largest = arrays[4].astype(m_t)
+                largest = np.where(largest < v, v, largest)
+                arrays[4][...] = largest.astype(arrays[4].dtype)
+                root = np.sqrt(largest)
             else:
-                g = (g.astype(f64) + p.astype(f64) * weight_decay).astype(math_t)
-        g64 = g.astype(f64)
-        m = (beta1 * exp_avg.astype(math_t).astype(f64) + (1 - beta1) * g64).astype(math_t)
-        v = (beta2 * exp_avg_sq.astype(math_t).astype(f64) + (1 - beta2) * g64 * g64).astype(math_t)
-        step_size = math_t.type(lr / float(bc1))
-        if len(arrays) == 5:
-            largest = arrays[4].astype(math_t)
-            largest = np.where(largest < v, v, largest)
-            arrays[4][...] = largest.astype(arrays[4].dtype)
-            root = np.sqrt(largest)
-        else:
-            root = np.sqrt(v)
-        denom = ((root / bc2_sqrt).astype(f64) + eps).astype(math_t)
-        p = p - step_size * m / denom
+                root = np.sqrt(v)
+            denom = root / bc2_sqrt + ep
+            p = p - step_size * m / denom
         param[...] = p.astype(param.dtype)
         exp_avg[...] = m.astype(exp_avg.dtype)
         exp_avg_sq[...] = v.astype(exp_avg_sq.dtype)
@@ -271,10 +308,8 @@ def fused_sgd(
     """PyTorch's _fused_sgd_ over a group, per device and dtype (``momentum_buffers`` None
     when momentum is 0)."""
     lists = [params, grads] + ([momentum_buffers] if momentum_buffers is not None else [])
-    for key, index in group_by_device_and_dtype(lists).items():
+    for key, _, cached in plans.parts((group_key, len(lists), first_step), lists, None):
         device, p_dtype = key
-        sub = [[lst[i] for i in index] for lst in lists]
-        cached = plans.get((group_key, *key, len(lists), first_step), sub, None)
         stream = None if device.type == "cpu" else current_stream(device)
         lr_value, lr_tensor = _lr(device, lr)
         scale = _on(device, grad_scale, "grad_scale")
@@ -292,8 +327,10 @@ def fused_sgd(
             np.int32(maximize),
             np.int32(first_step),
         )
-        consts = (lr_value, weight_decay, momentum, dampening, nesterov, maximize, first_step)
-        host = _sgd_host(consts, _reader(lr_tensor), _reader(scale), _reader(found))
+        host = None
+        if device.type != "cuda":  # the same arithmetic in NumPy, reading device scalars late
+            consts = (lr_value, weight_decay, momentum, dampening, nesterov, maximize, first_step)
+            host = _sgd_host(consts, _reader(lr_tensor), _reader(scale), _reader(found))
         cached.plan.launch(_source, kernel, args, stream, host=host)
 
 
@@ -303,40 +340,37 @@ def _sgd_host(
     scale_reader: Callable[[], float] | None,
     found_reader: Callable[[], float] | None,
 ) -> Callable[[list[np.ndarray], Any], None]:
-    """The fused SGD kernel's arithmetic in NumPy (kernels/fused.cu: sgd_math)."""
+    """The fused SGD kernel's arithmetic in NumPy (kernels/fused.cu: sgd_math), with the
+    FMAs the GPU makes rounded once."""
     lr0, weight_decay, momentum, dampening, nesterov, maximize, first_step = consts
 
     def run(arrays: list[np.ndarray], _: Any) -> None:
         if found_reader is not None and found_reader() == 1:
             return
-        lr = lr_reader() if lr_reader is not None else lr0
-        scale = scale_reader() if scale_reader is not None else None
         param, grad = arrays[:2]
-        math_t = _opmath(param.dtype)
-        f64 = np.float64
-        p = param.astype(math_t)
-        g = grad.astype(math_t)
-        if scale is not None:
-            g = (g.astype(f64) / scale).astype(math_t)
-            grad[...] = g.astype(grad.dtype)
-        if maximize:
-            g = -g
-        if weight_decay != 0:
-            g = (g.astype(f64) + weight_decay * p.astype(f64)).astype(math_t)
-        if len(arrays) == 3:
-            buf = arrays[2]
-            if first_step:
-                mb = g.astype(f64)
-            else:
-                old = buf.astype(math_t).astype(f64)
-                mb = momentum * old + (1 - dampening) * g.astype(f64)
-            through = float64.np if math_t == np.float64 else np.dtype(np.float32)
-            buf[...] = mb.astype(through).astype(buf.dtype)
-            if nesterov:
-                g = (g.astype(f64) + momentum * mb).astype(math_t)
-            else:
-                g = mb.astype(math_t)
-        p = (p.astype(f64) - lr * g.astype(f64)).astype(math_t)
+        m_t = _opmath(param.dtype)
+        cast = m_t.type
+        lr = cast(lr_reader() if lr_reader is not None else lr0)
+        wd, mu, damp = cast(weight_decay), cast(momentum), cast(dampening)
+        with np.errstate(all="ignore"):
+            p = param.astype(m_t)
+            g = grad.astype(m_t)
+            if scale_reader is not None:
+                g = g / cast(scale_reader())
+                grad[...] = g.astype(grad.dtype)
+            if maximize:
+                g = -g
+            if wd != 0:
+                g = _fma(wd, p, g, m_t)
+            if len(arrays) == 3:
+                buf = arrays[2]
+                if first_step:
+                    mb = g
+                else:
+                    mb = _fma(mu, buf.astype(m_t), (cast(1) - damp) * g, m_t)
+                buf[...] = mb.astype(buf.dtype)
+                g = _fma(mu, mb, g, m_t) if nesterov else mb
+            p = _fma(-lr, g, p, m_t)
         param[...] = p.astype(param.dtype)
 
     return run

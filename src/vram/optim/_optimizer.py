@@ -18,7 +18,9 @@
 from __future__ import annotations
 
 import copy
+import operator
 import warnings
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from itertools import chain
@@ -54,6 +56,7 @@ class Optimizer:
         self.state: defaultdict[Tensor, dict[str, Any]] = defaultdict(dict)
         self.param_groups: list[dict[str, Any]] = []
         self._fused_plans = FusedPlans()  # launch plans of the fused paths
+        self._checked: dict[int, tuple[list[Tensor], list[Any]]] = {}  # see _gradients
         groups = list(params)
         if len(groups) == 0:
             raise ValueError("optimizer got an empty parameter list")
@@ -69,6 +72,7 @@ class Optimizer:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._fused_plans = FusedPlans()
+        self._checked = {}
         self.defaults.setdefault("differentiable", False)
 
     def __repr__(self) -> str:
@@ -154,6 +158,26 @@ class Optimizer:
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Update the parameters from their gradients; returns ``closure()`` when given."""
         raise NotImplementedError
+
+    def _gradients(self, index: int, params: list[Tensor]) -> tuple[list[Any], bool]:
+        """The ``.grad`` of each parameter of group ``index``, and whether they are the very
+        tensors that the group's last step checked (then a step need not check them again:
+        tensors never change shape, dtype or device). Held weakly: a dropped gradient is
+        freed at once."""
+        grads = [p.grad for p in params]
+        seen = self._checked.get(index)
+        if seen is None or len(seen[0]) != len(params):
+            return grads, False
+        is_ = operator.is_
+        same = all(map(is_, params, seen[0])) and all(
+            map(is_, grads, [None if ref is None else ref() for ref in seen[1]])
+        )
+        return grads, same
+
+    def _checked_gradients(self, index: int, params: list[Tensor], grads: list[Any]) -> None:
+        """Remember that group ``index``'s gradients ``grads`` passed the checks."""
+        refs = [None if g is None else weakref.ref(g) for g in grads]
+        self._checked[index] = (list(params), refs)
 
     # ---- state dicts ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -80,18 +80,22 @@ class SGD(Optimizer):
     def _init_group(
         self, index: int, group: dict[str, Any]
     ) -> tuple[list[Tensor], list[Tensor], list[Tensor | None]]:
-        params, grads, buffers = [], [], []
-        for j, p in enumerate(group["params"]):
-            grad = p.grad
-            if grad is None:
-                continue
-            _check_grad(index, j, p, grad)
-            if group["fused"]:
-                _check_fused(p)
-            params.append(p)
-            grads.append(grad)
-            if group["momentum"] != 0:
-                buffers.append(self.state[p].get("momentum_buffer"))
+        """The group's parameters with a gradient, their gradients and momentum buffers
+        (None before a parameter's first step); checks new gradients."""
+        all_params = group["params"]
+        all_grads, checked = self._gradients(index, all_params)
+        params = [p for p, g in zip(all_params, all_grads, strict=True) if g is not None]
+        grads = [g for g in all_grads if g is not None]
+        if not checked:
+            for j, (p, grad) in enumerate(zip(all_params, all_grads, strict=True)):
+                if grad is not None:
+                    _check_grad(index, j, p, grad)
+                    if group["fused"]:
+                        _check_fused(p)
+            self._checked_gradients(index, all_params, all_grads)
+        buffers: list[Tensor | None] = []
+        if group["momentum"] != 0:
+            buffers = [self.state[p].get("momentum_buffer") for p in params]
         return params, grads, buffers
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:

@@ -2,22 +2,27 @@
 // multi_tensor_apply (ops/kernels/multi_tensor.cuh, prepended by Python).
 //
 // The arithmetic is PyTorch's (aten/src/ATen/native/cuda/fused_adam_utils.cuh and
-// FusedSgdKernel.cu) expression for expression, in the same types: opmath (float for
-// float16 / bfloat16 / float32, double for float64) values combined with the double
-// hyperparameters, so that every operation rounds, and the compiler contracts multiplies and
-// adds into FMAs, as in PyTorch's kernels. Parameters and gradients have type P; Adam's state
-// has type S (P, or float for float16 / bfloat16 parameters with float32 state).
+// FusedSgdKernel.cu, since PyTorch 2.8) expression for expression: every hyperparameter is
+// cast to the opmath type first (float for float16 / bfloat16 / float32, double for
+// float64), the moments are lerped with explicit FMAs, and the rest is written in the same
+// order so that the compiler contracts the same multiplies and adds into FMAs. Parameters and
+// gradients have type P; Adam's state has type S (P, or float for float16 / bfloat16
+// parameters with float32 state: vram's own option).
 
 namespace vram {
 namespace optim {
 
 __device__ __forceinline__ float math_sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double math_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float math_pow(float x, float y) { return powf(x, y); }
+__device__ __forceinline__ double math_pow(double x, double y) { return pow(x, y); }
+__device__ __forceinline__ float math_fma(float x, float y, float z) { return fmaf(x, y, z); }
+__device__ __forceinline__ double math_fma(double x, double y, double z) { return fma(x, y, z); }
 
 // ---- Adam / AdamW ----------------------------------------------------------------------------
-struct AdamScalars {
-    double lr, beta1, beta2, weight_decay, eps;
-    double grad_scale;  // read once per block; used only when scaled
+template <typename M> struct AdamScalars {
+    M lr, beta1, beta2, weight_decay, eps;
+    M grad_scale;  // read once per block; used only when scaled
     bool scaled, maximize, adamw;
 };
 
@@ -25,11 +30,11 @@ struct AdamScalars {
 // grad_scale was given).
 template <typename M, bool kAmsgrad>
 __device__ __forceinline__ void adam_math(M& param, M& grad, M& exp_avg, M& exp_avg_sq,
-                                          M& max_exp_avg_sq, const AdamScalars& c,
+                                          M& max_exp_avg_sq, const AdamScalars<M>& c,
                                           const M bias_correction1,
                                           const M bias_correction2_sqrt) {
-    const double lr = c.lr, beta1 = c.beta1, beta2 = c.beta2;
-    const double weight_decay = c.weight_decay, eps = c.eps;
+    const M lr = c.lr, beta1 = c.beta1, beta2 = c.beta2;
+    const M weight_decay = c.weight_decay, eps = c.eps;
     if (c.scaled) {
         grad /= c.grad_scale;
     }
@@ -44,8 +49,8 @@ __device__ __forceinline__ void adam_math(M& param, M& grad, M& exp_avg, M& exp_
             g += param * weight_decay;
         }
     }
-    exp_avg = beta1 * exp_avg + (1 - beta1) * g;
-    exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g;
+    exp_avg = math_fma(beta1, exp_avg, math_fma(-beta1, g, g));
+    exp_avg_sq = math_fma(beta2, exp_avg_sq, math_fma(-beta2, g * g, g * g));
     const M step_size = lr / bias_correction1;
     M denom;
     if (kAmsgrad) {
@@ -77,20 +82,18 @@ __global__ void __launch_bounds__(512, 2)
     int count;
     mt::tile_span(meta, t, blockIdx.x, tile, &start, &count);
 
-    const AdamScalars c{lr_ptr ? static_cast<double>(*lr_ptr) : lr,
-                        beta1,
-                        beta2,
-                        weight_decay,
-                        eps,
-                        grad_scale ? static_cast<double>(*grad_scale) : 1.0,
-                        grad_scale != nullptr,
-                        maximize != 0,
-                        adamw != 0};
-    const float step = *reinterpret_cast<const float*>(meta.extra[t]);
-    const double bias_correction1 = 1 - pow(beta1, static_cast<double>(step));
-    const double bias_correction2 = 1 - pow(beta2, static_cast<double>(step));
-    const M bc1 = static_cast<M>(bias_correction1);
-    const M bc2_sqrt = static_cast<M>(sqrt(bias_correction2));
+    const AdamScalars<M> c{lr_ptr ? static_cast<M>(*lr_ptr) : static_cast<M>(lr),
+                           static_cast<M>(beta1),
+                           static_cast<M>(beta2),
+                           static_cast<M>(weight_decay),
+                           static_cast<M>(eps),
+                           grad_scale ? static_cast<M>(*grad_scale) : M(1),
+                           grad_scale != nullptr,
+                           maximize != 0,
+                           adamw != 0};
+    const M step = static_cast<M>(*reinterpret_cast<const float*>(meta.extra[t]));
+    const M bc1 = 1 - math_pow(c.beta1, step);
+    const M bc2_sqrt = math_sqrt(1 - math_pow(c.beta2, step));
 
     P* const param = reinterpret_cast<P*>(meta.addresses[0][t]) + start;
     P* const grad = reinterpret_cast<P*>(meta.addresses[1][t]) + start;
@@ -145,30 +148,28 @@ __global__ void __launch_bounds__(512, 2)
 }
 
 // ---- SGD ---------------------------------------------------------------------------------------
-struct SgdScalars {
-    double lr, weight_decay, momentum, dampening;
-    double grad_scale;  // read once per block; used only when scaled
+template <typename M> struct SgdScalars {
+    M lr, weight_decay, momentum, dampening;
+    M grad_scale;  // read once per block; used only when scaled
     bool scaled, nesterov, maximize, first_step;
 };
 
-// One element: PyTorch's sgd_math. The momentum buffer comes back as a double (PyTorch's
-// `momentum_buffer` is a double expression, stored through the element type).
+// One element: PyTorch's sgd_math.
 template <typename M, bool kMomentum>
-__device__ __forceinline__ void sgd_math(M& p, M& grad, double& buf, const SgdScalars& c) {
-    const double momentum = c.momentum, dampening = c.dampening, weight_decay = c.weight_decay;
+__device__ __forceinline__ void sgd_math(M& p, M& grad, M& buf, const SgdScalars<M>& c) {
+    const M momentum = c.momentum, dampening = c.dampening, weight_decay = c.weight_decay;
     if (c.scaled) {
         grad /= c.grad_scale;
     }
     M g = grad;
     if (c.maximize) {
-        g *= -1.0;
+        g = -g;
     }
     if (weight_decay != 0) {
         g += weight_decay * p;
     }
     if (kMomentum) {
-        const double momentum_buffer =
-            c.first_step ? g : (momentum * static_cast<M>(buf) + (1 - dampening) * g);
+        const M momentum_buffer = c.first_step ? g : (momentum * buf + (1 - dampening) * g);
         buf = momentum_buffer;
         if (c.nesterov) {
             g = g + momentum * momentum_buffer;
@@ -196,12 +197,12 @@ __global__ void __launch_bounds__(512, 2)
     long long start;
     int count;
     mt::tile_span(meta, t, blockIdx.x, tile, &start, &count);
-    const SgdScalars c{lr_ptr ? static_cast<double>(*lr_ptr) : lr,
-                       weight_decay,
-                       momentum,
-                       dampening,
-                       grad_scale ? static_cast<double>(*grad_scale) : 1.0,
-                       grad_scale != nullptr,
+    const SgdScalars<M> c{lr_ptr ? static_cast<M>(*lr_ptr) : static_cast<M>(lr),
+                          static_cast<M>(weight_decay),
+                          static_cast<M>(momentum),
+                          static_cast<M>(dampening),
+                          grad_scale ? static_cast<M>(*grad_scale) : M(1),
+                          grad_scale != nullptr,
                        nesterov != 0,
                        maximize != 0,
                        first_step != 0};
@@ -222,7 +223,7 @@ __global__ void __launch_bounds__(512, 2)
 #pragma unroll
             for (int e = 0; e < V; ++e) {
                 M p = mt::load_math(rp[e]), g = mt::load_math(rg[e]);
-                double b = (kMomentum && !c.first_step) ? mt::load_math(rb[kMomentum ? e : 0]) : 0;
+                M b = (kMomentum && !c.first_step) ? mt::load_math(rb[kMomentum ? e : 0]) : M(0);
                 sgd_math<M, kMomentum>(p, g, b, c);
                 rp[e] = mt::store_math<P>(p);
                 rg[e] = mt::store_math<P>(g);
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(512, 2)
     }
     for (int i = done + threadIdx.x; i < count; i += blockDim.x) {
         M p = mt::load_math(param[i]), g = mt::load_math(grad[i]);
-        double b = (kMomentum && !c.first_step) ? mt::load_math(bufs[i]) : 0;
+        M b = (kMomentum && !c.first_step) ? mt::load_math(bufs[i]) : M(0);
         sgd_math<M, kMomentum>(p, g, b, c);
         param[i] = mt::store_math<P>(p);
         if (grad_scale) grad[i] = mt::store_math<P>(g);
