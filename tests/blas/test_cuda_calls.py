@@ -472,3 +472,17 @@ def test_an_epilogue_cublaslt_cannot_run_falls_back_to_the_unfused_product(ref, 
     expect(run(out, a, b, bias, beta=1.0, activation=1), want)
     kind, info = ref.calls[-1]
     assert kind == "lt" and _EPILOGUES[info["EPILOGUE"]] == "RELU"  # bias copied into out first
+
+
+def test_without_get_workspace_cublaslt_takes_a_block_for_the_call(ref, monkeypatch):
+    monkeypatch.delattr(vram.memory, "get_workspace", raising=False)
+    set_workspace = []
+    monkeypatch.setattr(_cublas, "set_workspace", lambda *args: set_workspace.append(args))
+    a, b = rand((6, 5), 29), rand((5, 7), 30)
+    out = vram.empty((6, 7), device="sim:0")
+    before = vram.memory.memory_allocated("sim:0")
+    expect(run(out, a, b, algo=2), host(a) @ host(b))  # this algorithm needs 4096 bytes
+    assert vram.memory.memory_allocated("sim:0") == before  # given back after the call
+    vram.backends.cuda.preferred_blas_library("cublas")
+    expect(run(out, a, b), host(a) @ host(b))
+    assert set_workspace == []  # cuBLAS keeps its own

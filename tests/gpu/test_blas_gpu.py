@@ -204,7 +204,7 @@ def test_workspaces_take_o1_device_mallocs(library):
     assert calls.device_malloc == 0
     assert np.all(out.numpy() == 256)
     stats = vram.memory.memory_stats(CUDA)
-    if library == "cublas":
+    if library == "cublas" and hasattr(vram.memory, "get_workspace"):
         assert any(key.startswith("workspace_bytes") and value > 0 for key, value in stats.items())
 
 

@@ -23,6 +23,13 @@ Precision: fp32, fp16 and bf16 accumulate in fp32 (``CUBLAS_COMPUTE_32F``); fp32
 only when ``matmul.allow_tf32``; fp16/bf16 split-K reductions stay in fp32 unless the
 ``allow_*_reduced_precision_reduction`` flag allows otherwise; fp64 is ``COMPUTE_64F``.
 Workspaces come from ``vram.memory.get_workspace`` (per library, device, stream, thread).
+
+Note [Workspaces before get_workspace]: where the memory package does not have
+``get_workspace`` yet, a cuBLASLt call that needs a workspace takes it from the caching
+allocator for the call (freed once the call is queued: the block goes back to this stream,
+whose later work runs after the call, as PyTorch's own cuBLASLt path did with at::empty),
+and the cuBLAS handle keeps the workspace cuBLAS allocates itself (setting one the handle
+would outlive could leave it pointing at freed memory for the next user of the handle).
 """
 
 from __future__ import annotations
@@ -354,16 +361,22 @@ class _LtPlan:
         p, q = (pb, pa) if self.call.swap else (pa, pb)
         index = self.device.index
         _cublas.use_device(index)
-        workspace = 0
+        workspace, held = 0, None
         if self.workspace:
-            workspace = _memory.get_workspace(
-                self.workspace, library="cublaslt", device=self.device, stream=stream
-            )
+            shared = getattr(_memory, "get_workspace", None)
+            if shared is not None:
+                workspace = shared(
+                    self.workspace, library="cublaslt", device=self.device, stream=stream
+                )
+            else:  # see Note [Workspaces before get_workspace]
+                held = _memory.allocate(self.workspace, self.device, stream)
+                workspace = held.ptr
         la, lb, lc = self.layouts
         _cublas.lt_matmul(
             self.lt, self.desc, self.alpha_ptr, p, la, q, lb, self.beta_ptr, po, lc, po, lc,
             self.algo_ptr, workspace, self.workspace, stream.cuda_stream,
         )  # fmt: skip
+        del held  # freed after the call is queued: the block goes back to this stream
 
     def __del__(self) -> None:
         try:
@@ -423,8 +436,10 @@ class _BlasPlan:
         handle = _cublas.handle(device.index)
         _cublas.use_device(device.index)
         _cublas.set_stream(handle, stream.cuda_stream)
-        workspace = _memory.get_workspace(size, library="cublas", device=device, stream=stream)
-        _cublas.set_workspace(handle, workspace, size)
+        shared = getattr(_memory, "get_workspace", None)
+        if shared is not None:  # else cuBLAS keeps its own: Note [Workspaces before get_workspace]
+            workspace = shared(size, library="cublas", device=device, stream=stream)
+            _cublas.set_workspace(handle, workspace, size)
         _cublas.set_math_mode(handle, self.math)
         c = self.call
         p, q = (pb, pa) if c.swap else (pa, pb)
