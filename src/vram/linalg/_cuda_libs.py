@@ -159,12 +159,10 @@ class CudaLibs:
         handle = self.blas.handle(index)
         self.blas.use_device(index)
         self.blas.set_stream(handle, s.cuda_stream)
-        shared = getattr(memory, "get_workspace", None)
-        if shared is not None:  # else cuBLAS keeps the handle's own
-            props = s.device.driver.properties(index)
-            size = cublas_workspace_size(props.major, props.minor)
-            workspace = shared(size, library="cublas", device=s.device, stream=s)
-            self.blas.set_workspace(handle, workspace, size)
+        props = s.device.driver.properties(index)
+        size = cublas_workspace_size(props.major, props.minor)
+        workspace = memory.get_workspace(size, library="cublas", device=s.device, stream=s)
+        self.blas.set_workspace(handle, workspace, size)
         return handle
 
     def getrf_batched(

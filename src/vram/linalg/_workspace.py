@@ -1,11 +1,13 @@
 """Workspaces of one vram.linalg call.
 
-``vram.memory.get_workspace`` gives one buffer per (library, device, stream, thread), kept
-across calls and grown when needed: what every call takes where the memory package has it.
-Without it, a call takes one caching-allocator allocation per (library, stream) instead,
-held until the call has queued its work; freeing it then is safe because a block goes
-back to its own stream, whose later work runs after this call's. Either way a call takes
-ONE workspace per library and stream, never one per matrix (pytorch#181997).
+- The libraries' workspaces ("cusolver": getrf's; "cublas": the cuBLAS handle's) come from
+  ``vram.memory.get_workspace``: one buffer per (library, device, stream, thread), kept
+  across calls and grown when needed; a call takes ONE per library and stream, never one
+  per matrix (pytorch#181997).
+- vram.linalg's own scratch ("linalg": cuBLAS's device arrays of matrix pointers, int64
+  pivots for the 64-bit API, getrs's info slots) is one caching-allocator allocation per
+  call and stream, held until the call has queued its work; freeing it then is safe, as
+  a block goes back to its own stream, whose later work runs after this call's.
 """
 
 from __future__ import annotations
@@ -22,17 +24,17 @@ class CallWorkspaces:
     __slots__ = ("_held",)
 
     def __init__(self) -> None:
-        self._held: dict[tuple[str, int], memory.Allocation] = {}
+        self._held: dict[int, memory.Allocation] = {}  # stream handle -> linalg scratch
 
     def get(self, nbytes: int, library: str, stream: Stream) -> int:
         """A device pointer to at least ``nbytes`` for ``library`` on ``stream``. A later
         ``get`` of the same library and stream may replace it: use each before the next."""
-        shared = getattr(memory, "get_workspace", None)
-        if shared is not None:
-            return shared(nbytes, library=library, device=stream.device, stream=stream)
-        key = (library, stream.cuda_stream)
-        held = self._held.get(key)
+        if library != "linalg":
+            return memory.get_workspace(
+                nbytes, library=library, device=stream.device, stream=stream
+            )
+        held = self._held.get(stream.cuda_stream)
         if held is None or held.size < nbytes:
             held = memory.allocate(max(nbytes, 1), stream.device, stream)
-            self._held[key] = held  # the one it replaces is freed, on its own stream
+            self._held[stream.cuda_stream] = held  # the one it replaces is freed on its stream
         return held.ptr
