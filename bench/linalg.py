@@ -24,8 +24,12 @@ with PYTORCH_NO_CUDA_MEMORY_CACHING=1), under both of its library choices. The i
 measured PyTorch before the fix at 20 cudaMalloc for (16, 512, 512) and 7 for (16, 511, 511).
 
 ``--device sim:0`` runs vram alone on small sizes, to check the script anywhere.
+``--suggest RESULT.json`` prints the crossover table (``LU_CROSSOVERS`` in
+vram/linalg/_dispatch.py) that a result supports, each row's vram / best PyTorch ratio and
+the no-cliff ratios, without running anything.
 
     python bench/linalg.py [--device cuda:0] [--out FILE.json|DIR] [--save]
+    python bench/linalg.py --suggest bench/results/linalg-cuda0-DATE.json
 """
 
 from __future__ import annotations
@@ -335,12 +339,71 @@ def malloc_table(device: vram.Device, cuda: bool) -> tuple[list[dict], list[str]
     return rows, skipped
 
 
+# ---- the crossover table from a result ------------------------------------------------------
+
+PINNED = ("vram cublas", "vram cusolver", *(f"vram streams {k}" for k in STREAMS))
+
+
+def suggest(result: Path) -> str:
+    """The crossover table (vram/linalg/_dispatch.py) that a linalg result supports: the
+    note's table of pinned timings, and LU_CROSSOVERS["float32"] read off it; then each
+    row's vram / best PyTorch and the no-cliff ratios."""
+    rows = [r for r in json.loads(result.read_text())["results"] if r.get("op") == "lu_factor"]
+    lines = ["#   n x batch   " + "  ".join(f"{name[5:]:>10}" for name in PINNED) + "  best"]
+    winners = []
+    for row in rows:
+        cells = {name: row.get(name) for name in PINNED}
+        timed = {k: v for k, v in cells.items() if v is not None}
+        best = min(timed, key=timed.get) if timed else "-"
+        winners.append((row["n"], row["batch"], best, row))
+        text = "  ".join(f"{'-' if v is None else f'{v:.3f}':>10}" for v in cells.values())
+        lines.append(f"#   {row['n']:>4} x {row['batch']:<5} {text}  {best[5:]}")
+    batched = sorted((n, b, best) for n, b, best, _ in winners if b >= 2)
+    cublas_max = 0
+    for n, _, best in batched:
+        if best != "vram cublas":
+            break
+        cublas_max = n
+    spread = [best for _, _, best in batched if best.startswith("vram streams")]
+    streams = max(set(spread), key=spread.count) if spread else "vram streams 8"
+    looped_wins = [b for n, b, best, _ in winners if b >= 2 and best == "vram cusolver"]
+    min_batch = (max(looped_wins) + 1) if looped_wins else 2
+    algo = "None"
+    singles = [row for n, b, _, row in winners if b <= 16 and row.get("vram xgetrf alg1")]
+    for name, value in (("vram xgetrf alg1", "1"), ("vram xgetrf alg0", "0")):
+        if singles and all(r[name] < 0.95 * r["vram cusolver"] for r in singles if r.get(name)):
+            algo = value
+            break
+    lines.append(
+        f'    "float32": Crossover(cublas_max_n={cublas_max}, streams_min_batch={min_batch}, '
+        f"streams={streams.split()[-1]}, getrf_algo={algo}),"
+    )
+    for row in rows:
+        lines.append(f"  {row['n']} x {row['batch']}: vram / best torch = "
+                     f"{row.get('vram / best torch')}")  # fmt: skip
+    vram_ms = {(r["n"], r["batch"]): r.get("vram") for r in rows}
+    for low, high, batch in ((511, 512, 64), (1023, 1024, 16), (2047, 2048, 16)):
+        a, b = vram_ms.get((low, batch)), vram_ms.get((high, batch))
+        if a and b:
+            lines.append(f"  cliff {high}/{low} at batch {batch}: {b / a:.3f} (at most 1.2)")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default=None, help="cuda:N or sim:N (default: the default)")
     parser.add_argument("--mallocs", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--suggest",
+        type=Path,
+        metavar="RESULT.json",
+        help="print the crossover table a linalg result supports, and its ratios; no run",
+    )
     add_output_arguments(parser)
     options = parser.parse_args(argv)
+    if options.suggest is not None:
+        print(suggest(options.suggest))
+        return 0
     device = vram.default_device() if options.device is None else vram.device(options.device)
     vram.set_device(device)
     cuda = device.type == "cuda"

@@ -76,8 +76,21 @@ def test_iamax_is_lapacks():
         ]
     )
     np.testing.assert_array_equal(_reference.iamax(x), [1, 0, 2, 0, 1])
-    # complex magnitude is |re| + |im|: 2+2j (4) beats 3 (3) though |2+2j| < 3
+    # complex magnitude is |re| + |im|: 2+2j (4) beats 3 (3) though |2+2j| < 3 ...
     np.testing.assert_array_equal(_reference.iamax(np.array([[3 + 0j, 2 + 2j]])), [1])
+    # ... but cuBLAS's batched LU compares moduli (|2+2j| = 2.83 < 3)
+    np.testing.assert_array_equal(_reference.iamax(np.array([[3 + 0j, 2 + 2j]]), True), [0])
+
+
+def test_complex_pivots_by_modulus_are_cublas_ones():
+    """The 12 x 12 matrix on which cuBLAS's getrfBatched and cuSOLVER's getrf chose pivot 10
+    differently on an H100 (PyTorch's pivots through each library)."""
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal((1, 12, 12)) + 1j * rng.standard_normal((1, 12, 12))).astype("c8")
+    lapack, _ = _reference.getrf(a.copy())
+    modulus, _ = _reference.getrf(a.copy(), modulus=True)
+    np.testing.assert_array_equal(lapack[0], [10, 5, 10, 7, 12, 12, 11, 9, 11, 10, 11, 12])
+    np.testing.assert_array_equal(modulus[0], [10, 5, 10, 7, 12, 12, 11, 9, 11, 12, 11, 12])
 
 
 def test_info_names_the_first_zero_pivot_and_the_factorization_completes():

@@ -3,8 +3,10 @@ compute (``getrf``, ``getrs``), with LAPACK's semantics:
 
 - pivots are 1-based row interchanges, applied in order (row i was swapped with row
   ``ipiv[i] - 1``); the pivot of a column is the first entry of largest magnitude on or
-  below the diagonal, magnitude |x| for real and |re| + |im| for complex (LAPACK's i?amax),
-  and a NaN never wins a comparison (so a NaN is the pivot only where it comes first);
+  below the diagonal, magnitude |x| for real and |re| + |im| for complex (LAPACK's i?amax,
+  and cuSOLVER's getrf), or the modulus |z| with ``modulus=True`` (cuBLAS's getrfBatched:
+  measured against PyTorch on an H100); a NaN never wins a comparison (so a NaN is the
+  pivot only where it comes first);
 - ``info`` is 0, or i (1-based) for the first zero pivot U[i-1, i-1]; the factorization
   still runs to the end, as LAPACK's does; a zero pivot's column is left unscaled;
 - without pivoting (``pivot=False``, cuBLAS's and cuSOLVER's null pivot array) no rows move;
@@ -27,11 +29,14 @@ _LEAF = 8  # panels of at most this many columns, and triangular solves of this 
 # go column by column (row by row)
 
 
-def iamax(x: np.ndarray) -> np.ndarray:
+def iamax(x: np.ndarray, modulus: bool = False) -> np.ndarray:
     """LAPACK's i?amax along the last axis of (batch, k): the 0-based index of the first entry
-    of largest magnitude (|re| + |im| for complex); an entry that is NaN never wins a
-    comparison, so index 0 is returned where ``x[:, 0]`` is NaN."""
-    mag = np.abs(x.real) + np.abs(x.imag) if np.iscomplexobj(x) else np.abs(x)
+    of largest magnitude (|re| + |im| for complex, or |z| with ``modulus``); an entry that is
+    NaN never wins a comparison, so index 0 is returned where ``x[:, 0]`` is NaN."""
+    if np.iscomplexobj(x) and not modulus:
+        mag = np.abs(x.real) + np.abs(x.imag)
+    else:
+        mag = np.abs(x)
     first_nan = np.isnan(mag[:, 0])
     found = np.argmax(np.where(np.isnan(mag), -1.0, mag), axis=1)
     found[first_nan] = 0
@@ -56,21 +61,21 @@ def _swap(a: np.ndarray, swaps: np.ndarray, forward: bool = True) -> None:
     a[:, moved] = a[index[:, None], perm[:, moved]]
 
 
-def _getrf2(a: np.ndarray, pivot: bool) -> tuple[np.ndarray, np.ndarray]:
+def _getrf2(a: np.ndarray, pivot: bool, modulus: bool) -> tuple[np.ndarray, np.ndarray]:
     """LAPACK's recursive getrf2 on a row-major (batch, m, n) array, in place: returns the
     0-based pivots (batch, min(m, n)) and info (batch,) (1-based, 0 for none). Panels of
     at most ``_LEAF`` columns are factored column by column (LAPACK's getf2)."""
     batch, m, n = a.shape
     if n <= _LEAF or m == 1:
-        return _getf2(a, pivot)
+        return _getf2(a, pivot, modulus)
     n1 = min(m, n) // 2
-    p1, info1 = _getrf2(a[:, :, :n1], pivot)
+    p1, info1 = _getrf2(a[:, :, :n1], pivot, modulus)
     if pivot:
         _swap(a[:, :, n1:], p1)
     a12 = a[:, :n1, n1:]
     _solve_lower(a[:, :n1, :n1], a12, unit=True)
     _subtract_product(a[:, n1:, n1:], a[:, n1:, :n1], a12)
-    p2, info2 = _getrf2(a[:, n1:, n1:], pivot)
+    p2, info2 = _getrf2(a[:, n1:, n1:], pivot, modulus)
     if pivot:
         _swap(a[:, n1:, :n1], p2)
     info = np.where(info1 != 0, info1, np.where(info2 != 0, info2 + n1, 0))
@@ -85,7 +90,7 @@ def _subtract_product(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     c -= np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b))
 
 
-def _getf2(a: np.ndarray, pivot: bool) -> tuple[np.ndarray, np.ndarray]:
+def _getf2(a: np.ndarray, pivot: bool, modulus: bool) -> tuple[np.ndarray, np.ndarray]:
     """LAPACK's getf2 (column by column) on a row-major (batch, m, n) array, in place."""
     batch, m, n = a.shape
     k = min(m, n)
@@ -93,7 +98,7 @@ def _getf2(a: np.ndarray, pivot: bool) -> tuple[np.ndarray, np.ndarray]:
     ipiv = np.zeros((batch, k), np.int64)
     info = np.zeros(batch, np.int64)
     for j in range(k):
-        p = j + iamax(a[:, j:, j]) if pivot else np.full(batch, j)
+        p = j + iamax(a[:, j:, j], modulus) if pivot else np.full(batch, j)
         ipiv[:, j] = p
         d = a[index, p, j]
         usable = d != 0  # LAPACK: a zero pivot is neither swapped nor divided by
@@ -110,16 +115,19 @@ def _getf2(a: np.ndarray, pivot: bool) -> tuple[np.ndarray, np.ndarray]:
     return ipiv, info
 
 
-def getrf(a: np.ndarray, pivot: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def getrf(
+    a: np.ndarray, pivot: bool = True, modulus: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """P A = L U in place for every matrix of ``a`` (batch, m, n); returns (ipiv (batch, k)
-    int32 1-based, info (batch,) int32), k = min(m, n). See the module docstring."""
+    int32 1-based, info (batch,) int32), k = min(m, n). ``modulus``: complex pivots by |z|
+    (cuBLAS's rule) rather than |re| + |im|. See the module docstring."""
     batch, m, n = a.shape
     k = min(m, n)
     if k == 0 or batch == 0:
         return np.zeros((batch, k), np.int32), np.zeros(batch, np.int32)
     work = np.array(a, order="C")
     with np.errstate(all="ignore"):
-        ipiv, info = _getrf2(work, pivot)
+        ipiv, info = _getrf2(work, pivot, modulus)
     a[...] = work
     return (ipiv + 1).astype(np.int32), info.astype(np.int32)
 
