@@ -9,6 +9,10 @@ matrix with ONE workspace for the batch (large matrices), or cuSOLVER's spread o
 streams (in between), by a crossover table measured on an H100 (``_dispatch``);
 ``vram.backends.cuda.preferred_linalg_library`` overrides it. On the simulated GPU the same
 dispatch runs, with NumPy standing in for the libraries (LAPACK's semantics).
+
+Pivots are PyTorch's: LAPACK's, 1-based, int32. For complex matrices they depend on the
+library, as PyTorch's do: cuSOLVER picks the entry of largest |re| + |im| (LAPACK's rule),
+cuBLAS's batched LU the largest modulus |z| (measured against PyTorch on an H100).
 """
 
 from ._checks import LinAlgError

@@ -48,12 +48,17 @@ class Crossover:
     getrf_algo: int | None = None  # cuSOLVER getrf: None the legacy API, 0/1 Xgetrf's ALG_0/1
 
 
-# Note [LU crossovers]: fp32 lu_factor on an H100 (bench/linalg.py, ms per call, lower wins):
+# Note [LU crossovers]: fp32 lu_factor on an H100 (bench/linalg.py, ms per call, lower wins;
+# ``python bench/linalg.py --suggest RESULT.json`` prints this table and the values below).
 #
 #   n x batch     cublas  cusolver  streams
-#   (to be filled from the H100 run)
+#   (not measured yet: the H100 run of bench/linalg.py fills this in)
 #
-# float64 and the complex types take float32's crossovers until they are measured.
+# Until then the values are estimates from PyTorch's own H100 numbers (pytorch#181997):
+# cuBLAS's batched LU takes 2.4 ms at 256x256 and 11.6 ms at 511x64, looped cuSOLVER
+# 61.2 ms at 512x64 (~1 ms per 512 x 512 matrix, most of the GPU idle), so 8 side streams
+# should overtake cuBLAS between n = 256 and 512. float64 and the complex types take
+# float32's crossovers until they are measured.
 LU_CROSSOVERS: dict[str, Crossover] = {
     "float32": Crossover(cublas_max_n=256, streams_min_batch=4, streams=8),
     "float64": Crossover(cublas_max_n=256, streams_min_batch=4, streams=8),
