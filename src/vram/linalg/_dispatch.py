@@ -54,7 +54,7 @@ class Crossover:
 #   n x batch     cublas  cusolver  streams
 #   (not measured yet: the H100 run of bench/linalg.py fills this in)
 #
-# Until then the values are estimates from PyTorch's own H100 numbers (pytorch#181997):
+# Until then the values are estimates from the PyTorch timings that vram's issue 13 quotes:
 # cuBLAS's batched LU takes 2.4 ms at 256x256 and 11.6 ms at 511x64, looped cuSOLVER
 # 61.2 ms at 512x64 (~1 ms per 512 x 512 matrix, most of the GPU idle), so 8 side streams
 # should overtake cuBLAS between n = 256 and 512. float64 and the complex types take
