@@ -49,9 +49,26 @@ def test_stream_on_the_current_device_by_default():
     assert vram.Stream(1).device == SIM1
 
 
-@pytest.mark.parametrize(("asked", "got"), [(0, 0), (-1, -1), (-5, -5), (-100, -5), (7, 0)])
-def test_stream_priority_is_clamped_to_the_range(asked, got):
+@pytest.mark.parametrize(
+    ("asked", "got"), [(0, 0), (-1, -1), (-3, -3), (-5, -3), (-100, -3), (7, 0)]
+)
+def test_stream_priority_is_clamped_to_the_pooled_levels(asked, got):
+    """As PyTorch: four pooled priority levels (0 to -3) where the device offers more."""
     assert vram.Stream(priority=asked).priority == got
+
+
+def test_streams_are_pooled_32_per_priority_level():
+    """As PyTorch's stream pool: the 33rd stream of a level is the first again, so a loop
+    that makes streams makes no new driver streams after the first 32."""
+    device = vram.device("sim:1")
+    first = vram.Stream(device, priority=-2)
+    others = [vram.Stream(device, priority=-2) for _ in range(31)]
+    assert len({s.cuda_stream for s in [first, *others]}) == 32
+    assert vram.Stream(device, priority=-2) == first
+    before = len(vram.sim.driver()._streams)
+    for _ in range(10_000):
+        vram.Stream(device)
+    assert len(vram.sim.driver()._streams) - before <= 32
 
 
 @pytest.mark.parametrize(

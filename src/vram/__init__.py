@@ -38,7 +38,15 @@ from ._dtypes import (
 from ._errors import CudaError, OutOfMemoryError
 from ._factories import *  # noqa: F403
 from ._interop import from_dlpack
-from ._streams import Event, Stream, current_stream, default_stream, set_stream, stream
+from ._streams import (
+    Event,
+    ExternalStream,
+    Stream,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+)
 from ._tensor import Tensor
 from .blas import addmm, baddbmm, bmm, matmul, mm
 from .memory import (

@@ -1,13 +1,18 @@
 """Streams and events with PyTorch's names and meanings.
 
 The current stream is per thread and per device; until set it is the device's default
-stream. Streams are never destroyed (PyTorch pools them the same way): the caching
-allocator keys blocks by stream handle, and a handle must never come back as another
-stream while a block remembers it.
+stream.
+
+Streams are pooled as PyTorch pools them: ``Stream()`` takes the next of 32 streams of its
+priority level on its device, round robin, created on first use and never destroyed. So a
+loop that makes streams makes no new ones after the first 32, and a handle never comes back
+as another stream while the caching allocator's blocks remember it. Streams made by other
+libraries are adopted with ``ExternalStream``.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +21,7 @@ from ._device import Device, as_device, current_device_obj, set_device
 
 __all__ = [
     "Stream",
+    "ExternalStream",
     "Event",
     "current_stream",
     "default_stream",
@@ -25,10 +31,58 @@ __all__ = [
 ]
 
 
-class Stream:
-    """A queue of device work (PyTorch's torch.cuda.Stream).
+_POOL_SIZE = 32  # streams per priority level and device (PyTorch's kStreamsPerPool)
+_MAX_LEVELS = 4  # priority levels pooled (PyTorch's max_compile_time_stream_priorities)
 
-    ``cuda_stream`` is the driver handle. Two Stream objects for the same handle are equal.
+
+class _StreamPool:
+    """The pooled streams of one device: level k holds streams of priority -k."""
+
+    def __init__(self, device: Device) -> None:
+        least, greatest = device.driver.stream_priority_range(device.index)  # type: ignore[arg-type]
+        self.device = device
+        self.levels = max(1, min(least - greatest + 1, _MAX_LEVELS))
+        self.handles: list[list[int | None]] = [[None] * _POOL_SIZE for _ in range(self.levels)]
+        self.counters = [itertools.count() for _ in range(self.levels)]  # next() is atomic
+        self.lock = threading.Lock()
+
+    def level(self, priority: int) -> int:
+        """PyTorch's mapping: 0 and above -> level 0; -k -> level k, clamped to the range."""
+        return min(max(-priority, 0), self.levels - 1)
+
+    def next(self, level: int) -> int:
+        """The next stream of ``level``, round robin (created on its first use)."""
+        i = next(self.counters[level]) % _POOL_SIZE
+        handle = self.handles[level][i]
+        if handle is None:
+            with self.lock:
+                handle = self.handles[level][i]
+                if handle is None:
+                    driver, index = self.device.driver, self.device.index
+                    handle = driver.stream_create(index, -level)  # type: ignore[arg-type]
+                    self.handles[level][i] = handle
+        return handle
+
+
+_pools: dict[Device, _StreamPool] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(device: Device) -> _StreamPool:
+    found = _pools.get(device)
+    if found is None:
+        with _pools_lock:
+            found = _pools.get(device) or _pools.setdefault(device, _StreamPool(device))
+    return found
+
+
+class Stream:
+    """A queue of device work (PyTorch's torch.cuda.Stream), from the device's stream pool.
+
+    ``cuda_stream`` is the driver handle. Two Stream objects for the same handle are equal:
+    as in PyTorch, the 33rd ``Stream()`` of one priority on one device is the first again.
+    ``priority``: 0 (the default, lowest) or negative for higher priority; values beyond
+    the device's range are clamped to it.
     """
 
     __slots__ = ("device", "priority", "cuda_stream", "__weakref__")
@@ -39,11 +93,11 @@ class Stream:
             raise ValueError("device: streams live on cuda or sim devices, not cpu")
         if type(priority) is not int:
             raise TypeError(f"priority must be an int, got {priority!r}")
-        driver = found.driver
-        least, greatest = driver.stream_priority_range(found.index)  # type: ignore[arg-type]
+        pool = _pool(found)
+        level = pool.level(priority)
         self.device = found
-        self.priority = max(greatest, min(least, priority))
-        self.cuda_stream = driver.stream_create(found.index, self.priority)  # type: ignore[arg-type]
+        self.priority = -level
+        self.cuda_stream = pool.next(level)
 
     @classmethod
     def _wrap(cls, device: Device, handle: int, priority: int = 0) -> Stream:
@@ -102,6 +156,29 @@ class Stream:
         device, previous = _stream_stack().pop()
         set_stream(previous)
         set_device(device)
+
+
+class ExternalStream(Stream):
+    """A stream made by another library (PyTorch's torch.cuda.ExternalStream): vram queues
+    work and records events on it, and never creates or destroys it. The caller keeps the
+    stream alive while vram uses it.
+
+    ``stream_ptr`` is the CUstream handle (an int); ``device`` the device it belongs to
+    (the current device if None). ValueError if the driver cannot adopt it.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, stream_ptr: int, device: object = None) -> None:
+        found = as_device(device)
+        if found.type == "cpu":
+            raise ValueError("device: streams live on cuda or sim devices, not cpu")
+        if type(stream_ptr) is not int or isinstance(stream_ptr, bool):
+            raise TypeError(f"stream_ptr: expected an int handle, got {stream_ptr!r}")
+        found.driver.register_stream(stream_ptr, found.index)  # type: ignore[arg-type]
+        self.device = found
+        self.priority = 0
+        self.cuda_stream = stream_ptr
 
 
 class Event:

@@ -70,12 +70,13 @@ def test_a_malloc_larger_than_host_memory_succeeds_as_address_space():
     assert sim.mem_get_info(0) == (1 << 40, 1 << 40)
 
 
-def test_running_out_of_address_space_charges_nothing():
-    sim = SimDriver(device_count=1, capacity=4 << 40)  # more than the 1 TiB of addresses
+def test_running_out_of_address_space_charges_nothing(monkeypatch):
+    monkeypatch.setattr(vram.driver._sim, "_VA_SPAN", 64 << 20)  # a device of 64 MiB of addresses
+    sim = SimDriver(device_count=1, capacity=GiB)
     with pytest.raises(vram.CudaError) as info:
-        sim.malloc(0, 2 << 40)
+        sim.malloc(0, 128 << 20)  # fits the capacity, not the addresses
     assert info.value.is_out_of_memory
-    assert sim.mem_get_info(0) == (4 << 40, 4 << 40)
+    assert sim.mem_get_info(0) == (GiB, GiB)
 
 
 def test_free_and_malloc_bad_arguments(sim):

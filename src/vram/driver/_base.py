@@ -148,6 +148,16 @@ class Driver(ABC):
     def stream_destroy(self, stream: int) -> None: ...
 
     @abstractmethod
+    def stream_device(self, stream: int) -> int | None:
+        """The device of a stream handle this driver knows (one it made, a default stream,
+        or one registered with ``register_stream``); None for any other int."""
+
+    @abstractmethod
+    def register_stream(self, stream: int, device: int) -> None:
+        """Adopt a stream another library made on ``device`` (PyTorch's ExternalStream), so
+        that vram may queue work and record events on it. ValueError if it cannot be."""
+
+    @abstractmethod
     def stream_priority_range(self, device: int) -> tuple[int, int]:
         """(least, greatest) priority, as cudaDeviceGetStreamPriorityRange (greatest < least)."""
 

@@ -386,6 +386,33 @@ class CudaDriver(Driver):
         del self._streams[stream]
         _check_teardown("cuStreamDestroy", cu.cuStreamDestroy(hstream))
 
+    def stream_device(self, stream: int) -> int | None:
+        if stream == _LEGACY_STREAM:
+            return self._tls.device
+        found = self._streams.get(stream)
+        return None if found is None else found.device
+
+    def register_stream(self, stream: int, device: int) -> None:
+        """Adopt a CUstream made elsewhere (a PyTorch or CuPy stream) on ``device``.
+
+        The handle must be a live stream of that device's primary context: its context is
+        checked with cuStreamGetCtx, which rejects what is not a stream of this process.
+        """
+        if stream == _LEGACY_STREAM:
+            return
+        known = self._streams.get(stream)
+        if known is not None:
+            if known.device != device:
+                raise ValueError(f"stream: {stream:#x} belongs to cuda:{known.device}")
+            return
+        if type(stream) is not int or stream < 0:
+            raise ValueError(f"stream: expected a CUstream handle (an int), got {stream!r}")
+        handle = cu.CUstream(stream)
+        context = _check("cuStreamGetCtx", cu.cuStreamGetCtx(handle))
+        if int(context) != int(self._context(device)):
+            raise ValueError(f"stream: {stream:#x} is not a stream of cuda:{device}")
+        self._streams[stream] = _Handle(handle, device)
+
     def stream_priority_range(self, device: int) -> tuple[int, int]:
         self._use(device)
         least, greatest = _check("cuCtxGetStreamPriorityRange", cu.cuCtxGetStreamPriorityRange())

@@ -47,7 +47,7 @@ _GiB = 1 << 30
 _MALLOC_ALIGNMENT = 512  # bytes; cudaMalloc gives at least 256-byte alignment
 _VMM_GRANULARITY = 2 << 20  # bytes; the H100's minimum VMM page
 _VA_BASE = 0x7F00_0000_0000  # first simulated device address of device 0
-_VA_SPAN = 1 << 40  # bytes of virtual address space per simulated device
+_VA_SPAN = 1 << 46  # bytes of virtual address space per simulated device (64 TiB)
 MAX_CAPACITY = _VA_SPAN  # bytes: the most memory a sim device may have (its address space)
 MAX_DEVICES = 64  # sim devices at most (VRAM_SIM_DEVICES)
 _HOST_PAGE = mmap.PAGESIZE
@@ -488,6 +488,14 @@ class SimDriver(Driver):
                 self._drain(s, None)  # as CUDA: queued work still completes
                 del self._streams[stream]
 
+    def stream_device(self, stream: int) -> int | None:
+        found = self._streams.get(stream) if type(stream) is int else None
+        return None if found is None else found.device
+
+    def register_stream(self, stream: int, device: int) -> None:
+        """The sim has no streams but its own: only a live sim stream of ``device`` passes."""
+        if self.stream_device(stream) != device:
+            raise ValueError(f"stream: {stream!r} is not a stream of sim:{device}")
 
     def stream_priority_range(self, device: int) -> tuple[int, int]:
         self._mem(device)
