@@ -13,6 +13,13 @@ from vram.linalg import _dispatch
 from vram.linalg._sim_libs import SimLibs
 
 
+def fresh_allocator(device) -> None:
+    """A new allocator for ``device`` (it reads VRAM_NO_CACHING when made), after the old
+    one gave back its memory, workspaces included."""
+    vram.empty_cache(device)
+    vram.memory._caching._allocators.pop(device, None)
+
+
 def malloc_counts(device, shape: tuple[int, int, int]) -> int:
     """Device mallocs of one cold lu_factor_ex, all of it run (diagonal input: quick)."""
     batch, n, _ = shape
@@ -33,7 +40,7 @@ def test_device_mallocs_do_not_grow_with_the_batch(monkeypatch, n):
     counts = {}
     for batch in (16, 64):
         device = vram.device("sim:0")
-        vram.memory._caching._allocators.pop(device, None)  # a fresh allocator reads the env
+        fresh_allocator(device)
         counts[batch] = malloc_counts(device, (batch, n, n))
     plan = _dispatch.plan_lu(n, n, 16, "float32")
     assert counts[16] == counts[64], counts
@@ -46,7 +53,7 @@ def test_device_mallocs_per_path_are_constant(monkeypatch, sim0, path):
     counts = []
     with _dispatch.forced(path, streams=4):
         for batch in (4, 32):
-            vram.memory._caching._allocators.pop(sim0, None)
+            fresh_allocator(sim0)
             counts.append(malloc_counts(sim0, (batch, 8, 8)))
     assert counts[0] == counts[1]
 

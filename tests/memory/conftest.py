@@ -57,7 +57,9 @@ def _release_live_allocations():
     for device, allocator in list(_caching._allocators.items()):
         if device.type != "sim":
             continue
-        for ptr in list(allocator._allocated):
+        with allocator.locked():  # (frees what finalizers dropped first)
+            live = list(allocator._allocated)
+        for ptr in live:
             _api._raw_owner.pop(ptr, None)
             allocator.free(ptr)
         allocator.empty_cache()

@@ -104,7 +104,7 @@ def test_work_queued_after_the_free_does_not_hold_the_block(alloc, free, side):
 def allocator_pending() -> list:
     """The (event, block) pairs the allocator of sim:0 waits on."""
     allocator = vram.memory.allocator_for("sim:0")
-    return [pair for queue in allocator._pending.values() for pair in queue]
+    return [pair for queue in allocator.lifetimes.pending.values() for pair in queue]
 
 
 def test_every_recorded_stream_must_finish(sim0, alloc, free, side):

@@ -33,6 +33,7 @@ from hypothesis.stateful import (
 import vram
 from vram.memory import _caching, parse_config
 from vram.memory._config import SIZE_MAX
+from vram.memory._pool import ALLOCATED, FREE, PENDING
 from vram.memory._stats import POOL_NAMES, STAT_NAMES
 
 KiB = 1 << 10
@@ -81,17 +82,17 @@ def expected_stats(allocator) -> dict[str, int]:
         out[f"{name}.{pool}.current"] += amount
 
     for b in allocator.all_blocks():
-        pool = "small_pool" if b.pool.is_small else "large_pool"
+        pool = "small_pool" if b.segment.pool.is_small else "large_pool"
         add("reserved_bytes", pool, b.size)
-        if b.allocated:
+        if b.state == ALLOCATED:
             add("allocation", pool, 1)
             add("allocated_bytes", pool, b.size)
             oversize_allocations += b.size >= max_split
-        if b.allocated or b.event_count:
+        if b.state in (ALLOCATED, PENDING):
             add("active", pool, 1)
             add("active_bytes", pool, b.size)
             add("requested_bytes", pool, b.requested_size)
-        if b.expandable is not None:
+        if b.segment.expandable is not None:
             continue
         if b.prev is None:
             add("segment", pool, 1)
@@ -99,7 +100,7 @@ def expected_stats(allocator) -> dict[str, int]:
             while nxt is not None:
                 size, nxt = size + nxt.size, nxt.next
             oversize_segments += size >= max_split
-        if not b.allocated and not b.event_count and b.is_split():
+        if b.state == FREE and b.is_split():
             add("inactive_split", pool, 1)
             add("inactive_split_bytes", pool, b.size)
     out["oversize_allocations.current"] = oversize_allocations
@@ -179,7 +180,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         written = min(size, 256)
         assert (view[:written] == pattern).all() and (view[size - written :] == pattern).all()
         block = self.allocator._allocated[ptr]
-        uses = sorted((block.stream_uses or set()) - {block.stream})
+        uses = sorted(self.allocator.lifetimes.stream_uses.get(block, set()))
         events = []
         for stream in uses:  # before the allocator's own events: ours complete first
             event = self.sim.event_create(0, False)
@@ -196,6 +197,13 @@ class AllocatorMachine(RuleBasedStateMachine):
         AllocatorMachine.steps += 1
         ptr = data.draw(st.sampled_from(sorted(self.live)))
         self.allocator.record_stream(ptr, self.streams[which].cuda_stream)
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data(), which=st.integers(0, 2))
+    def record_use(self, data, which: int) -> None:
+        AllocatorMachine.steps += 1
+        ptr = data.draw(st.sampled_from(sorted(self.live)))
+        self.allocator.record_use(ptr, self.streams[which].cuda_stream)
 
     @rule(which=st.integers(0, 2))
     def hold_work(self, which: int) -> None:
@@ -221,7 +229,7 @@ class AllocatorMachine(RuleBasedStateMachine):
     def empty_cache(self) -> None:
         AllocatorMachine.steps += 1
         self.allocator.empty_cache()
-        assert not self.allocator._pending
+        assert not self.allocator.lifetimes.waiting
 
     @rule(fraction=st.sampled_from([0.2, 0.35, 0.5, 0.8, 1.0]))
     def set_fraction(self, fraction: float) -> None:
@@ -251,7 +259,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         end = 0
         for ptr in sorted(allocated):
             block = allocated[ptr]
-            assert block.ptr == ptr and block.allocated
+            assert block.ptr == ptr and block.state == ALLOCATED
             assert ptr >= end, f"{ptr:#x} overlaps the block before it"
             end = ptr + block.size
             assert block.size >= self.live[ptr][0]
@@ -266,11 +274,24 @@ class AllocatorMachine(RuleBasedStateMachine):
             nxt = b.next
             if nxt is not None:
                 assert nxt.prev is b and nxt.ptr == b.ptr + b.size
-                free_here = not b.allocated and not b.event_count
-                free_next = not nxt.allocated and not nxt.event_count and nxt.mapped
-                assert not (free_here and free_next and nxt.stream == b.stream), (
+                assert nxt.segment is b.segment
+                assert not (b.state == FREE and nxt.state == FREE), (
                     f"free neighbours {b} and {nxt} were not merged"
                 )
+
+    @invariant()
+    def the_index_holds_exactly_the_free_blocks(self) -> None:
+        allocator = self.allocator
+        free = [b for b in allocator.all_blocks() if b.state == FREE]
+        indexed = [b for pool in allocator._all_pools() for b in pool.free_blocks()]
+        assert sorted(map(id, free)) == sorted(map(id, indexed))
+        for pool in allocator._all_pools():
+            for stream, found in pool.index.items():
+                assert found.sizes == sorted(found.heaps)
+                assert found.entries == sum(len(h) for h in found.heaps.values())
+                for ptr, block in found.blocks.items():
+                    assert block.ptr == ptr and block.segment.stream == stream
+                    assert ptr in found.heaps[block.size]
 
     @invariant()
     def stats_equal_the_blocks(self) -> None:

@@ -20,6 +20,7 @@ from ._host import (
 )
 from ._pools import MemPool, use_mem_pool
 from ._snapshot import _dump_snapshot, _record_memory_history, _snapshot, memory_snapshot
+from ._workspace import get_workspace
 
 __all__ = [
     "Allocation",
@@ -29,6 +30,7 @@ __all__ = [
     "_record_memory_history",
     "_snapshot",
     "memory_snapshot",
+    "get_workspace",
     "CachingHostAllocator",
     "PinnedAllocation",
     "allocate_pinned",

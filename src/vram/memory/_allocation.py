@@ -14,8 +14,10 @@ __all__ = ["Allocation", "FreedWhenDropped"]
 
 
 class FreedWhenDropped:
-    """What Allocation and PinnedAllocation share: ``ptr`` goes back to ``_allocator``
-    (anything with ``free(ptr)``) by ``free()`` or when the object is dropped."""
+    """What Allocation and PinnedAllocation share: ``ptr`` goes back to ``_allocator`` by
+    ``free()``, or when the object is dropped. The finalizer never takes the allocator's
+    lock (the allocator may be inside a call on this very thread): it hands the pointer to
+    ``_allocator.free_later``, and the allocator frees it at its next call."""
 
     __slots__ = ()
     ptr: int
@@ -32,7 +34,7 @@ class FreedWhenDropped:
         if ptr:
             self.ptr = 0
             try:
-                self._allocator.free(ptr)  # type: ignore[attr-defined]
+                self._allocator.free_later(ptr)  # type: ignore[attr-defined]
             except Exception:  # finalizers never raise
                 pass
 

@@ -9,6 +9,7 @@ from .._device import Device, as_device
 from .._streams import Stream, current_stream
 from ._caching import DeviceCachingAllocator, _allocators, allocator_for
 from ._config import apply_settings, default_config, set_default_config
+from ._workspace import release_idle_workspaces, workspace_stats
 
 __all__ = [
     "caching_allocator_alloc",
@@ -29,6 +30,7 @@ __all__ = [
     "set_allocator_settings",
     "get_allocator_settings",
     "register_free_memory_callback",
+    "unregister_free_memory_callback",
     "attach_out_of_memory_observer",
     "memory_summary",
 ]
@@ -45,15 +47,27 @@ def _device(device: object) -> Device:
 
 
 def _stream_handle(stream: object, device: Device, argument: str = "stream") -> int:
+    """The driver handle of ``stream`` (None: the current stream) on ``device``.
+
+    A raw int must be a stream the device's driver knows: one vram made, the default
+    stream, or one adopted with ``vram.ExternalStream``.
+    """
     if stream is None:
         return current_stream(device).cuda_stream
     if isinstance(stream, Stream):
         if stream.device != device:
             raise ValueError(f"{argument}: {stream} belongs to {stream.device}, not {device}")
         return stream.cuda_stream
-    if isinstance(stream, int) and not isinstance(stream, bool):
-        return stream
-    raise TypeError(f"{argument}: expected a vram.Stream or a stream handle, got {stream!r}")
+    if type(stream) is not int:
+        raise TypeError(f"{argument}: expected a vram.Stream or a stream handle, got {stream!r}")
+    owner = device.driver.stream_device(stream)
+    if owner != device.index:
+        where = "no stream" if owner is None else f"a stream of {device.type}:{owner}"
+        raise ValueError(
+            f"{argument}: {stream:#x} is {where} known to {device}; pass a vram.Stream "
+            "(wrap another library's stream in vram.ExternalStream)"
+        )
+    return stream
 
 
 def caching_allocator_alloc(size: int, device: object = None, stream: object = None) -> int:
@@ -81,16 +95,19 @@ def caching_allocator_alloc(size: int, device: object = None, stream: object = N
 
 
 def caching_allocator_delete(ptr: int) -> None:
-    """Free memory from caching_allocator_alloc."""
-    if ptr == 0:
-        return
-    allocator = _raw_owner.pop(ptr, None)
-    if allocator is None:
+    """Free memory from caching_allocator_alloc (a null pointer is ignored)."""
+    allocator = _raw_owner.pop(ptr, None) if type(ptr) is int else None
+    if allocator is not None:
+        allocator.free(ptr)
+    elif type(ptr) is not int:
+        raise TypeError(f"ptr: expected an int device pointer, got {ptr!r}")
+    elif ptr != 0:
         raise ValueError(f"ptr: {ptr:#x} was not allocated by caching_allocator_alloc")
-    allocator.free(ptr)
 
 
 def _raw_device(ptr: int, what: str) -> Device:
+    if type(ptr) is not int:
+        raise TypeError(f"{what}: ptr must be an int device pointer, got {ptr!r}")
     allocator = _raw_owner.get(ptr)
     if allocator is None:
         raise ValueError(f"{what}: ptr {ptr:#x} was not allocated by caching_allocator_alloc")
@@ -100,6 +117,8 @@ def _raw_device(ptr: int, what: str) -> Device:
 def record_stream(ptr: int, stream: Stream) -> None:
     """record_stream for raw allocations: ``ptr`` is used on ``stream`` too."""
     device = _raw_device(ptr, "record_stream")
+    if stream is None:
+        raise TypeError("record_stream: stream must be a vram.Stream or a stream handle, not None")
     allocator_for(device).record_stream(ptr, _stream_handle(stream, device))
 
 
@@ -125,13 +144,17 @@ def record_use(ptr: int, stream: Stream) -> None:
 
 
 def memory_stats(device: object = None) -> dict[str, int]:
-    """PyTorch's memory_stats: a flat dict of the allocator's counters."""
-    return allocator_for(_device(device)).memory_stats()
+    """PyTorch's memory_stats: a flat dict of the allocator's counters, with vram's
+    ``workspace_bytes.all.*`` (library workspaces) among them."""
+    found = _device(device)
+    stats = allocator_for(found).memory_stats()
+    stats.update(workspace_stats(found))
+    return dict(sorted(stats.items()))
 
 
 def memory_allocated(device: object = None) -> int:
-    """Bytes occupied by live allocations (rounded sizes)."""
-    return memory_stats(device)["allocated_bytes.all.current"]
+    """Bytes occupied by live allocations (rounded sizes), in O(1)."""
+    return allocator_for(_device(device)).memory_allocated()
 
 
 def max_memory_allocated(device: object = None) -> int:
@@ -160,8 +183,11 @@ def reset_accumulated_memory_stats(device: object = None) -> None:
 
 
 def empty_cache(device: object = None) -> None:
-    """Return every whole free segment to the device. Synchronizes pending frees."""
-    allocator_for(_device(device)).empty_cache()
+    """Return every whole free segment to the device, after freeing the library workspaces
+    no queued work uses. Synchronizes pending frees."""
+    found = _device(device)
+    release_idle_workspaces(found)
+    allocator_for(found).empty_cache()
 
 
 def set_per_process_memory_fraction(fraction: float, device: object = None) -> None:
@@ -196,15 +222,37 @@ def get_allocator_settings(device: object = None) -> dict:
 
 
 def register_free_memory_callback(callback: Callable[[], bool], device: object = None) -> None:
-    """Call ``callback()`` before growing the pool; it returns True if it freed memory."""
-    allocator_for(_device(device)).free_memory_callbacks.append(callback)
+    """Call ``callback()`` before the allocator grows; it returns True if it freed memory.
+
+    It runs without the allocator's lock, so it may free memory. One that raises is
+    reported with a RuntimeWarning and counts as having freed nothing.
+    """
+    if not callable(callback):
+        raise TypeError(f"callback: expected a callable, got {callback!r}")
+    allocator = allocator_for(_device(device))
+    with allocator.locked():
+        allocator.free_memory_callbacks.append(callback)
+
+
+def unregister_free_memory_callback(callback: Callable[[], bool], device: object = None) -> None:
+    """Stop calling ``callback`` (ValueError if it was not registered)."""
+    allocator = allocator_for(_device(device))
+    with allocator.locked():
+        if callback not in allocator.free_memory_callbacks:
+            raise ValueError(f"callback: {callback!r} is not registered on {allocator.device}")
+        allocator.free_memory_callbacks.remove(callback)
 
 
 def attach_out_of_memory_observer(
     observer: Callable[[int, int, int, int], None], device: object = None
 ) -> None:
-    """Call ``observer(device, alloc_size, device_limit, device_free)`` before an OOM raises."""
-    allocator_for(_device(device)).oom_observers.append(observer)
+    """Call ``observer(device, alloc_size, device_limit, device_free)`` before an OOM raises
+    (without the allocator's lock; one that raises is ignored)."""
+    if not callable(observer):
+        raise TypeError(f"observer: expected a callable, got {observer!r}")
+    allocator = allocator_for(_device(device))
+    with allocator.locked():
+        allocator.oom_observers.append(observer)
 
 
 def _format_size(size: int, reference: int) -> str:

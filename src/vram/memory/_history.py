@@ -1,6 +1,7 @@
 """What hangs on an allocator's ``recorder``: the allocation history and the call counters.
 
-An allocator calls ``recorder.record(allocator, action, addr, size, stream)`` for each event
+An allocator calls ``recorder.record(allocator, action, addr, size, stream, context)`` for
+each event (``context``: the frames of a segment_free's segment)
 while its ``recorder`` is set (DeviceCachingAllocator._trace). The recorder here is a small
 fan-out: the allocator's History (while _record_memory_history is on) and any number of
 counters (count_device_calls) hang on it. With neither, ``allocator.recorder`` goes back to
@@ -76,7 +77,9 @@ class History:
         self._live: dict[int, Frames] = dict(old._live) if old is not None else {}
         self._last: tuple = ("", 0, None)  # (action, addr, frames) of the previous event
 
-    def record(self, allocator: Any, action: str, addr: int, size: int, stream: int) -> Any:
+    def record(
+        self, allocator: Any, action: str, addr: int, size: int, stream: int, context: Any = None
+    ) -> Any:
         """Note one event; returns the frames the allocator keeps (alloc, segment_alloc)."""
         context = self.settings.context
         state = kept = None
@@ -95,7 +98,7 @@ class History:
             elif action == "free_requested" or action == "free_completed":
                 kept = self._live.get(addr)
             elif action == "segment_free":
-                kept = allocator._segments.get(addr)
+                kept = context
             if action == "free_completed":
                 self._live.pop(addr, None)
         self._last = (action, addr, kept)
@@ -129,13 +132,15 @@ class Recorder:
         self.history: History | None = None
         self.counters: list[dict[str, int]] = []  # one dict action -> count per counter
 
-    def record(self, allocator: Any, action: str, addr: int, size: int, stream: int) -> Any:
+    def record(
+        self, allocator: Any, action: str, addr: int, size: int, stream: int, context: Any = None
+    ) -> Any:
         for counts in self.counters:
             counts[action] = counts.get(action, 0) + 1
         history = self.history
         if history is None:
             return None
-        return history.record(allocator, action, addr, size, stream)
+        return history.record(allocator, action, addr, size, stream, context)
 
     def idle(self) -> bool:
         return self.history is None and not self.counters

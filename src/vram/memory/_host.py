@@ -21,9 +21,9 @@ count every block the allocator holds (in use or cached), ``active_requests`` an
 ``num_host_free`` the driver calls, ``host_alloc_time`` / ``host_free_time`` their
 duration in microseconds.
 
-Locking: every public method takes ``_lock``. A finalizer (a dropped PinnedAllocation) may
-free a block on a thread already inside the allocator; that free is queued in ``_deferred``
-and done when the outer call finishes.
+Locking: every public method takes ``_lock``. Finalizers never take it: a dropped
+PinnedAllocation hands its pointer to ``free_later`` (an atomic deque append), and the next
+call of any public method frees it first (``free`` does the same when the lock is busy).
 """
 
 from __future__ import annotations
@@ -33,12 +33,14 @@ import os
 import sys
 import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..driver import Driver, cuda_usable, get_driver
 from ._allocation import FreedWhenDropped
+from ._stats import Stat
 
 if TYPE_CHECKING:
     from .._streams import Stream
@@ -55,24 +57,6 @@ __all__ = [
     "reset_accumulated_host_memory_stats",
     "reset_peak_host_memory_stats",
 ]
-
-
-class _Stat:
-    """A PyTorch Stat: current, peak, allocated (sum of increases), freed (sum of decreases)."""
-
-    __slots__ = ("current", "peak", "allocated", "freed")
-
-    def __init__(self) -> None:
-        self.current = self.peak = self.allocated = self.freed = 0
-
-    def increase(self, amount: int) -> None:
-        self.current += amount
-        self.allocated += amount
-        self.peak = max(self.peak, self.current)
-
-    def decrease(self, amount: int) -> None:
-        self.current -= amount
-        self.freed += amount
 
 
 class _DurationStat:
@@ -122,18 +106,17 @@ class CachingHostAllocator:
 
     def __init__(self, driver: Driver) -> None:
         self.driver = driver
-        self._lock = threading.RLock()
-        self._depth = 0  # > 0 while a public method of this thread runs (guarded by _lock)
-        self._deferred: list[int] = []  # frees that arrived re-entrantly
+        self._lock = threading.Lock()
+        self._dropped: deque[int] = deque()  # frees left by finalizers, done next call
         self._blocks: dict[int, _HostBlock] = {}  # ptr -> every block held
         self._starts: list[int] = []  # sorted ptrs of _blocks, for is_pinned
         self._free: dict[int, list[_HostBlock]] = {}  # bucket -> free blocks (LIFO)
         self._waiting: list[_HostBlock] = []  # freed, some event not yet complete
         self._spare_events: dict[tuple[int, int], list[int]] = {}  # (driver, device) -> events
-        self.allocations = _Stat()
-        self.allocated_bytes = _Stat()
-        self.active_requests = _Stat()
-        self.active_bytes = _Stat()
+        self.allocations = Stat()
+        self.allocated_bytes = Stat()
+        self.active_requests = Stat()
+        self.active_bytes = Stat()
         self.host_alloc_time = _DurationStat()
         self.host_free_time = _DurationStat()
 
@@ -147,38 +130,45 @@ class CachingHostAllocator:
         if nbytes == 0:
             return 0
         with self._lock:
-            self._depth += 1
-            try:
-                self._process_events()
-                size = 1 << _bucket(nbytes)
-                block = self._get_free_block(size)
-                if block is None:
-                    block = self._new_block(size)
-                block.allocated = True
-                self.active_requests.increase(1)
-                self.active_bytes.increase(size)
-                return block.ptr
-            finally:
-                self._leave()
+            if self._dropped:
+                self._free_dropped()
+            self._process_events()
+            size = 1 << _bucket(nbytes)
+            block = self._get_free_block(size)
+            if block is None:
+                block = self._new_block(size)
+            block.allocated = True
+            self.active_requests.increase(1)
+            self.active_bytes.increase(size)
+            return block.ptr
 
     def free(self, ptr: int) -> None:
-        """Give a block back: reusable once the events recorded on it have completed."""
+        """Give a block back: reusable once the events recorded on it have completed.
+
+        When the lock is busy (another thread, or a finalizer inside a call of this one)
+        the free is left for the next call, as ``free_later``."""
         if ptr == 0:
             return
-        with self._lock:
-            if self._depth:
-                self._deferred.append(ptr)
-                return
-            self._depth += 1
-            try:
-                self._free_one(ptr)
-            finally:
-                self._leave()
+        if not self._lock.acquire(False):
+            self._dropped.append(ptr)
+            return
+        try:
+            if self._dropped:
+                self._free_dropped()
+            self._free_one(ptr)
+        finally:
+            self._lock.release()
+
+    def free_later(self, ptr: int) -> None:
+        """Free ``ptr`` at the next call (for finalizers: they never take the lock)."""
+        self._dropped.append(ptr)
 
     def record_event(self, ptr: int, stream: Stream) -> bool:
         """An async copy queued on ``stream`` uses the block holding ``ptr``: record an event
         there now. False (and nothing recorded) when ``ptr`` is not this allocator's."""
         with self._lock:
+            if self._dropped:
+                self._free_dropped()
             block = self._block_of(ptr)
             if block is None or not block.allocated:
                 return False
@@ -191,23 +181,25 @@ class CachingHostAllocator:
     def is_pinned(self, ptr: int) -> bool:
         """True when ``ptr`` lies inside a block of this allocator."""
         with self._lock:
+            if self._dropped:
+                self._free_dropped()
             return self._block_of(ptr) is not None
 
     def empty_cache(self) -> None:
         """Give every free block back to the driver (blocks still waiting on events stay)."""
         with self._lock:
-            self._depth += 1
-            try:
-                self._process_events()
-                for bucket in list(self._free):
-                    for block in self._free.pop(bucket):
-                        self._release(block)
-            finally:
-                self._leave()
+            if self._dropped:
+                self._free_dropped()
+            self._process_events()
+            for bucket in list(self._free):
+                for block in self._free.pop(bucket):
+                    self._release(block)
 
     def stats(self) -> dict[str, int]:
         """PyTorch's host_memory_stats: a flat dict, sorted by key."""
         with self._lock:
+            if self._dropped:
+                self._free_dropped()
             out: dict[str, int] = {}
             names = ("allocations", "allocated_bytes", "active_requests", "active_bytes")
             for name, stat in zip(names, self._stats(), strict=True):
@@ -222,17 +214,19 @@ class CachingHostAllocator:
 
     def reset_peak(self) -> None:
         with self._lock:
+            if self._dropped:
+                self._free_dropped()
             for stat in self._stats():
-                stat.peak = stat.current
+                stat.reset_peak()
 
     def reset_accumulated(self) -> None:
         with self._lock:
             for stat in self._stats():
-                stat.allocated = stat.freed = 0
+                stat.reset_accumulated()
             self.host_alloc_time = _DurationStat()
             self.host_free_time = _DurationStat()
 
-    def _stats(self) -> tuple[_Stat, ...]:
+    def _stats(self) -> tuple[Stat, ...]:
         return (self.allocations, self.allocated_bytes, self.active_requests, self.active_bytes)
 
     # ============================================================ the steps
@@ -306,15 +300,13 @@ class CachingHostAllocator:
         spare = self._spare_events.get((id(driver), device))
         return spare.pop() if spare else driver.event_create(device, False)
 
-    def _leave(self) -> None:
-        self._depth -= 1
-        if self._deferred and not self._depth:
-            self._depth += 1
-            try:
-                while self._deferred:
-                    self._free_one(self._deferred.pop())
-            finally:
-                self._depth -= 1
+    def _free_dropped(self) -> None:
+        dropped = self._dropped
+        while dropped:
+            ptr = dropped.popleft()
+            block = self._blocks.get(ptr)
+            if block is not None and block.allocated:
+                self._free_one(ptr)
 
 
 # ====================================================== the process's host allocator

@@ -1,9 +1,10 @@
 """Private memory pools: memory that only the pool's users get, at stable addresses.
 
 ``with vram.use_mem_pool(pool):`` routes the current thread's allocations on the pool's
-device into the pool's own small and large block pools. Nothing else is ever handed that
-memory; freed blocks stay in the pool (same addresses next time) until the pool is gone
-and ``empty_cache`` returns its segments.
+device into the pool's own small and large block pools (a route of the allocator, as CUDA
+graph capture routes a capturing stream's). Nothing else is ever handed that memory;
+freed blocks stay in the pool (same addresses next time) until the pool is gone and
+``empty_cache`` returns its segments.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .._device import as_device
-from ._blocks import BlockPool
 from ._caching import allocator_for
+from ._pool import Pool
 
 __all__ = ["MemPool", "use_mem_pool", "PrivatePool"]
 
@@ -23,15 +24,24 @@ _ids = itertools.count(1)
 
 
 class PrivatePool:
-    """The allocator-side half of a MemPool: its block pools and segment count."""
+    """The allocator-side half of a private pool: its pools and segment count (guarded by
+    the allocator's lock)."""
 
     def __init__(self, pool_id: tuple[int, int]) -> None:
         self.id = pool_id
-        self.small = BlockPool(is_small=True, owner=self)
-        self.large = BlockPool(is_small=False, owner=self)
-        self.segment_count = 0  # device segments the pool holds (guarded by the allocator)
-        self.use_count = 1  # the MemPool itself, plus each active use_mem_pool
-        self.freeable = False  # the MemPool is gone: empty_cache may release its segments
+        self.small = Pool(is_small=True, owner=self)
+        self.large = Pool(is_small=False, owner=self)
+        self.segment_count = 0  # device segments the pool holds
+        self.use_count = 1  # the MemPool (or graph) itself, plus each active use
+        self.freeable = False  # no holder left: empty_cache may release its segments
+
+    def release_one(self) -> None:
+        """A holder is gone (call under the allocator's lock)."""
+        self.use_count -= 1
+        self.freeable = self.use_count <= 0
+
+    def __repr__(self) -> str:
+        return f"<PrivatePool {self.id} segments={self.segment_count} uses={self.use_count}>"
 
 
 class MemPool:
@@ -59,19 +69,13 @@ class MemPool:
         return segments_of(self._allocator, pool_id=self._private.id)
 
     def __del__(self) -> None:
-        try:
-            private, allocator = self._private, self._allocator
-            with allocator.locked():
-                private.use_count -= 1
-                private.freeable = private.use_count <= 0
+        try:  # no lock in a finalizer: the allocator does it at its next call
+            self._allocator.later(self._private.release_one)
         except Exception:  # finalizers never raise
             pass
 
     def __repr__(self) -> str:
         return f"<vram.MemPool id={self.id} on {self.device}>"
-
-
-_local = threading.local()
 
 
 @contextmanager
@@ -82,13 +86,13 @@ def use_mem_pool(pool: MemPool, device: object = None) -> Iterator[MemPool]:
     if device is not None and as_device(device) != pool.device:
         raise ValueError(f"device: {as_device(device)} is not the pool's device {pool.device}")
     allocator = pool._allocator
-    stack = allocator.active_pools.__dict__.setdefault("stack", [])
+    thread = threading.get_ident()
     with allocator.locked():
         pool._private.use_count += 1
-    stack.append(pool._private)
+    route = allocator.add_route(pool._private, lambda stream: threading.get_ident() == thread)
     try:
         yield pool
     finally:
-        stack.pop()
+        allocator.remove_route(route)
         with allocator.locked():
-            pool._private.use_count -= 1
+            pool._private.release_one()

@@ -29,6 +29,8 @@ from . import _caching
 from ._caching import DeviceCachingAllocator, allocator_for
 from ._config import default_config
 from ._history import History, HistorySettings, Recorder, attach, detach, frames_to_dicts
+from ._pool import ALLOCATED, FREE, PENDING, UNMAPPED, Block
+from ._workspace import workspace_label
 
 __all__ = [
     "_record_memory_history",
@@ -108,25 +110,32 @@ def _watch_new_allocators(device: Device) -> None:
 
 
 # ================================================================= segments and blocks
-def _state(block) -> str:
-    if block.allocated:
-        return "active_allocated"
-    return "active_pending_free" if block.event_count else "inactive"
+_STATES = {ALLOCATED: "active_allocated", PENDING: "active_pending_free", FREE: "inactive"}
 
 
-def _segment(allocator: DeviceCachingAllocator, head) -> dict:
+def _frames(block: Block) -> list[dict]:
+    """A block's frames: its allocation's stack, or a library workspace's label."""
+    if block.state != ALLOCATED:
+        return []
+    label = workspace_label(block.ptr)
+    if label is not None:
+        return [{"filename": "<vram>", "line": 0, "name": label}]
+    return frames_to_dicts(block.context)
+
+
+def _segment(allocator: DeviceCachingAllocator, head: Block) -> dict:
     blocks = []
     allocated = active = requested = total = 0
-    block = head
-    while block is not None and block.mapped:
-        state = _state(block)
+    block: Block | None = head
+    while block is not None and block.state != UNMAPPED:
+        state = _STATES[block.state]
         blocks.append(
             {
                 "address": block.ptr,
                 "size": block.size,
                 "requested_size": block.requested_size,
                 "state": state,
-                "frames": frames_to_dicts(block.context if block.allocated else None),
+                "frames": _frames(block),
             }
         )
         total += block.size
@@ -136,8 +145,9 @@ def _segment(allocator: DeviceCachingAllocator, head) -> dict:
             active += block.size
             requested += block.requested_size
         block = block.next
-    pool = head.pool
-    expandable = head.expandable is not None
+    segment = head.segment
+    pool = segment.pool
+    expandable = segment.expandable is not None
     return {
         "device": allocator.index,
         "address": head.ptr,
@@ -145,11 +155,11 @@ def _segment(allocator: DeviceCachingAllocator, head) -> dict:
         "allocated_size": allocated,
         "active_size": active,
         "requested_size": requested,
-        "stream": head.stream,
+        "stream": segment.stream,
         "segment_type": "small" if pool.is_small else "large",
         "segment_pool_id": pool.owner.id if pool.owner is not None else (0, 0),
         "is_expandable": expandable,
-        "frames": [] if expandable else frames_to_dicts(allocator._segments.get(head.ptr)),
+        "frames": [] if expandable else frames_to_dicts(segment.context),
         "blocks": blocks,
     }
 
@@ -163,9 +173,9 @@ def segments_of(allocator: DeviceCachingAllocator, pool_id: tuple | None = None)
     with allocator.locked():
         out = []
         for block in allocator.all_blocks():
-            if block.prev is not None and block.prev.mapped:
+            if block.prev is not None and block.prev.state != UNMAPPED:
                 continue  # not the head of its segment
-            owner = block.pool.owner
+            owner = block.segment.pool.owner
             if pool_id is not None and (owner is None or owner.id != tuple(pool_id)):
                 continue
             out.append(_segment(allocator, block))
@@ -215,6 +225,12 @@ def memory_snapshot(mempool_id: tuple | None = None, device: object = None) -> l
     found = as_device(device)
     if found.type == "cpu":
         raise ValueError("device: the cpu device has no caching allocator")
+    if mempool_id is not None and not (
+        isinstance(mempool_id, tuple)
+        and len(mempool_id) == 2
+        and all(type(part) is int for part in mempool_id)
+    ):
+        raise TypeError(f"mempool_id: expected a pool id (a tuple of two ints), got {mempool_id!r}")
     out: list[dict] = []
     for allocator in _allocators_of(found.type):
         out += segments_of(allocator, mempool_id)

@@ -1,45 +1,35 @@
-"""memory_stats: PyTorch's counters, with the hot path reduced to one list append.
+"""memory_stats: PyTorch's counters, as plain integers updated where the memory changes.
 
-Every stat is kept for the aggregate ("all") and for the pool kind of the block
-("small_pool" / "large_pool"), with four fields: current, peak, allocated (sum of
-increases) and freed (sum of decreases).
+A ``Stat`` is PyTorch's: ``current``, ``peak``, ``allocated`` (the sum of increases) and
+``freed`` (the sum of decreases). The host allocator's stats are Stats too.
 
-Q: Why a log? A: malloc and free change seven stats in two pool kinds each; updating
-current, peak and the running sums for all of them took a third of the cached path's time.
-So malloc and free append one tuple to ``log`` instead (a free one, an alloc freed at once
-one for both), and ``flush()`` applies a batch with NumPy: cumulative sums give every
-intermediate value, so peaks stay exact. Readers
-flush first; the log is flushed by itself every ``_FLUSH_AT`` entries. Segment stats change
-only on the slow path and are applied at once.
+The device allocator keeps each stat for the aggregate ("all") and for the pool kind
+("small_pool" / "large_pool"). Most change only on the slow path (segments, reserved
+bytes) and are Stats updated there. Five change on every malloc and free: allocation,
+allocated_bytes, active, active_bytes and requested_bytes. Updating four fields of ten
+Stats per call would be most of the cached path's cost, so ``Usage`` keeps them as a few
+sums instead (Note [Usage counters]); every reader gets them as Stats in O(1).
+
+Note [Usage counters]
+Per pool kind, ``Usage`` counts what malloc and free did since the accumulated stats were
+last reset: blocks handed out (count, bytes, requested bytes) and blocks freed by the user
+(the same three). A free still waiting for record_stream events is *pending*: it has
+lowered allocation and allocated_bytes, not yet active, active_bytes and requested_bytes;
+the three pending sums say by how much. Every current value and every sum of increases or
+decreases is a sum or difference of these (``as_stats``).
+Peaks are the one thing that cannot be derived later. Each group (all, small, large) keeps
+three *rooms*: lower bounds of how far the count stats (allocation, active), the block-byte
+stats (allocated_bytes, active_bytes) and requested_bytes are below their peaks. A malloc
+lowers each room by what it adds; only when a room goes below zero can a peak have been
+passed, and then every peak of the group is brought up to its current value and the rooms
+are measured exactly. A free that completes at once gives back exactly what it took; a
+pending one gives nothing back (a lower bound stays one). So peaks are exact at every
+moment, and a malloc or free costs a few additions, also when a program runs at its peak.
 """
 
 from __future__ import annotations
 
-from itertools import chain
-
-import numpy as np
-
-__all__ = [
-    "Stats",
-    "STAT_NAMES",
-    "POOL_NAMES",
-    "OP_ALLOC",
-    "OP_FREE_REQUESTED",
-    "OP_FREE_COMPLETED",
-    "OP_FREE",
-    "OP_PAIR",
-    "ALLOCATION",
-    "SEGMENT",
-    "ACTIVE",
-    "INACTIVE_SPLIT",
-    "ALLOCATED_BYTES",
-    "RESERVED_BYTES",
-    "ACTIVE_BYTES",
-    "INACTIVE_SPLIT_BYTES",
-    "REQUESTED_BYTES",
-    "SMALL",
-    "LARGE",
-]
+__all__ = ["Stat", "DeviceStats", "STAT_NAMES", "POOL_NAMES"]
 
 STAT_NAMES = (
     "allocation",
@@ -53,184 +43,306 @@ STAT_NAMES = (
     "requested_bytes",
 )
 POOL_NAMES = ("all", "small_pool", "large_pool")
-_FIELDS = ("current", "peak", "allocated", "freed")
-
-(
-    ALLOCATION,
-    SEGMENT,
-    ACTIVE,
-    INACTIVE_SPLIT,
-    ALLOCATED_BYTES,
-    RESERVED_BYTES,
-    ACTIVE_BYTES,
-    INACTIVE_SPLIT_BYTES,
-    REQUESTED_BYTES,
-) = (i * 12 for i in range(9))  # offset of a stat's "all" entry; + 4 * pool kind; + field
-SMALL = 4  # offset of the small-pool copy from the "all" copy
-LARGE = 8  # offset of the large-pool copy
-
-# Log entries: (op code, size, requested, inactive_split delta, inactive_split_bytes delta),
-# where the op code is ``op << 4 | kind`` (kind: SMALL or LARGE).
-OP_ALLOC = 0  # a block of ``size`` handed out for ``requested`` bytes
-OP_FREE_REQUESTED = 1  # the user freed it: allocation and allocated_bytes go down
-OP_FREE_COMPLETED = 2  # it is back in its pool: active, active_bytes, requested go down
-OP_FREE = 3  # both at once (a free with no record_stream events to wait for)
-OP_PAIR = 4  # an alloc and, right after it, the free of the same block (Note [Claims])
-_FLUSH_AT = 16384  # log entries kept before they are applied
-# the stats the log feeds; per op, which of (1, size, requested) each changes by, and the sign
-_LOGGED = (ALLOCATION, ALLOCATED_BYTES, ACTIVE, ACTIVE_BYTES, REQUESTED_BYTES)
-_COEF = np.array(
-    [
-        [(0, 1), (1, 1), (0, 1), (1, 1), (2, 1)],  # alloc
-        [(0, -1), (1, -1), (0, 0), (1, 0), (2, 0)],  # free requested
-        [(0, 0), (1, 0), (0, -1), (1, -1), (2, -1)],  # free completed
-        [(0, -1), (1, -1), (0, -1), (1, -1), (2, -1)],  # free
-    ]
-)
+FIELDS = ("current", "peak", "allocated", "freed")
 
 
-class Stats:
-    """The counters of one device allocator. ``v`` is indexed by stat + pool + field."""
+class Stat:
+    """PyTorch's Stat: current, peak, allocated (sum of increases), freed (sum of decreases)."""
+
+    __slots__ = FIELDS
+
+    def __init__(self, current: int = 0, peak: int = 0, allocated: int = 0, freed: int = 0):
+        self.current = current
+        self.peak = peak
+        self.allocated = allocated
+        self.freed = freed
+
+    def increase(self, amount: int) -> None:
+        current = self.current + amount
+        self.current = current
+        self.allocated += amount
+        if current > self.peak:
+            self.peak = current
+
+    def decrease(self, amount: int) -> None:
+        self.current -= amount
+        self.freed += amount
+
+    def update(self, delta: int) -> None:
+        """Increase by ``delta`` if positive, decrease by ``-delta`` if negative."""
+        current = self.current + delta
+        self.current = current
+        if delta > 0:
+            self.allocated += delta
+            if current > self.peak:
+                self.peak = current
+        else:
+            self.freed -= delta
+
+    def reset_peak(self) -> None:
+        self.peak = self.current
+
+    def reset_accumulated(self) -> None:
+        self.allocated = self.freed = 0
+
+    def fields(self) -> tuple[int, int, int, int]:
+        return self.current, self.peak, self.allocated, self.freed
+
+    def __repr__(self) -> str:
+        return "Stat(current={}, peak={}, allocated={}, freed={})".format(*self.fields())
+
+
+class Usage:
+    """The malloc/free counters of one pool kind (Note [Usage counters])."""
 
     __slots__ = (
-        "v",
-        "log",
-        "oversize_allocations",
-        "oversize_segments",
-        "num_alloc_retries",
-        "num_ooms",
-        "num_sync_all_streams",
-        "num_device_alloc",
-        "num_device_free",
+        "allocs",
+        "alloc_bytes",
+        "alloc_requested",
+        "frees",
+        "free_bytes",
+        "free_requested",
+        "pending",
+        "pending_bytes",
+        "pending_requested",
+        "base",
     )
 
     def __init__(self) -> None:
-        self.v = [0] * (len(STAT_NAMES) * 12)
-        self.log: list[tuple[int, int, int, int, int]] = []
-        self.oversize_allocations = [0, 0, 0, 0]  # current, peak, allocated, freed
-        self.oversize_segments = [0, 0, 0, 0]
+        self.allocs = self.alloc_bytes = self.alloc_requested = 0
+        self.frees = self.free_bytes = self.free_requested = 0
+        self.pending = self.pending_bytes = self.pending_requested = 0
+        self.base = (0, 0, 0)  # (count, bytes, requested) in use when the sums restarted
+
+    def currents(self) -> tuple[int, int, int, int, int]:
+        """(allocation, allocated_bytes, active, active_bytes, requested_bytes) now."""
+        count, nbytes, requested = self.base
+        allocation = count + self.allocs - self.frees
+        allocated = nbytes + self.alloc_bytes - self.free_bytes
+        active_requested = requested + self.alloc_requested - self.free_requested
+        return (
+            allocation,
+            allocated,
+            allocation + self.pending,
+            allocated + self.pending_bytes,
+            active_requested + self.pending_requested,
+        )
+
+    def current(self, i: int) -> int:
+        """One value of ``currents()`` (0 allocation ... 4 requested_bytes), cheaply."""
+        if i == 1:
+            return self.base[1] + self.alloc_bytes - self.free_bytes
+        return self.currents()[i]
+
+    def restart(self) -> None:
+        """reset_accumulated: the sums start again from what is in use now."""
+        allocation, allocated, _, _, _ = self.currents()
+        requested = self.base[2] + self.alloc_requested - self.free_requested
+        self.base = (allocation, allocated, requested)
+        self.allocs = self.alloc_bytes = self.alloc_requested = 0
+        self.frees = self.free_bytes = self.free_requested = 0
+
+
+class _Peaks:
+    """The peaks of the five usage stats of one group, and its rooms (Note [Usage counters])."""
+
+    __slots__ = ("values", "room_count", "room_bytes", "room_requested")
+
+    def __init__(self) -> None:
+        self.values = [0, 0, 0, 0, 0]  # peaks in the order of Usage.currents()
+        self.room_count = self.room_bytes = self.room_requested = 0
+
+    def catch_up(self, currents: tuple[int, ...]) -> None:
+        """Raise each peak to its current value, and measure the rooms exactly."""
+        values = self.values
+        for i, value in enumerate(currents):
+            if value > values[i]:
+                values[i] = value
+        self.room_count = min(values[0] - currents[0], values[2] - currents[2])
+        self.room_bytes = min(values[1] - currents[1], values[3] - currents[3])
+        self.room_requested = values[4] - currents[4]
+
+
+class DeviceStats:
+    """The memory_stats counters of one device allocator."""
+
+    def __init__(self) -> None:
+        self.usage = (Usage(), Usage())  # (small, large)
+        self._peaks = (_Peaks(), _Peaks(), _Peaks())  # (all, small, large)
+        # the stats that change off the cached path (or, for inactive_split, by a net amount
+        # per call): [all, small, large] each
+        self.segment = _group()
+        self.reserved_bytes = _group()
+        self.inactive_split = _group()
+        self.inactive_split_bytes = _group()
+        self.oversize_allocations = Stat()
+        self.oversize_segments = Stat()
         self.num_alloc_retries = 0
         self.num_ooms = 0
         self.num_sync_all_streams = 0
         self.num_device_alloc = 0
         self.num_device_free = 0
 
-    # ---- the slow path: applied at once -----------------------------------------------
-    def increase(self, stat: int, pool: int, amount: int) -> None:
-        """Add ``amount`` to a stat for the aggregate and for ``pool`` (SMALL or LARGE)."""
-        v = self.v
-        for i in (stat, stat + pool):
-            cur = v[i] + amount
-            v[i] = cur
-            v[i + 2] += amount
-            if cur > v[i + 1]:
-                v[i + 1] = cur
+    # ---- the cached path ----------------------------------------------------------------
+    def alloc(self, small: bool, size: int, requested: int, split: int, split_bytes: int) -> None:
+        """A block of ``size`` bytes was handed out for ``requested`` bytes; the call changed
+        inactive_split by ``split`` blocks and ``split_bytes`` bytes (net)."""
+        usage = self.usage[0 if small else 1]
+        usage.allocs += 1
+        usage.alloc_bytes += size
+        usage.alloc_requested += requested
+        every, mine = self._peaks[0], self._peaks[1 if small else 2]
+        every.room_count -= 1
+        every.room_bytes -= size
+        every.room_requested -= requested
+        mine.room_count -= 1
+        mine.room_bytes -= size
+        mine.room_requested -= requested
+        if every.room_bytes < 0 or every.room_count < 0 or every.room_requested < 0:
+            every.catch_up(self._currents_all())
+        if mine.room_bytes < 0 or mine.room_count < 0 or mine.room_requested < 0:
+            mine.catch_up(usage.currents())
+        if split:
+            self._split(self.inactive_split, small, split)
+        if split_bytes:
+            self._split(self.inactive_split_bytes, small, split_bytes)
 
-    def decrease(self, stat: int, pool: int, amount: int) -> None:
-        v = self.v
-        v[stat] -= amount
-        v[stat + 3] += amount
-        v[stat + pool] -= amount
-        v[stat + pool + 3] += amount
+    def free(self, small: bool, size: int, requested: int, split: int, split_bytes: int) -> None:
+        """The user freed a block and it is back in its pool (a free with no events to
+        wait for); the call changed inactive_split by (``split``, ``split_bytes``)."""
+        usage = self.usage[0 if small else 1]
+        usage.frees += 1
+        usage.free_bytes += size
+        usage.free_requested += requested
+        every, mine = self._peaks[0], self._peaks[1 if small else 2]
+        every.room_count += 1
+        every.room_bytes += size
+        every.room_requested += requested
+        mine.room_count += 1
+        mine.room_bytes += size
+        mine.room_requested += requested
+        if split:
+            self._split(self.inactive_split, small, split)
+        if split_bytes:
+            self._split(self.inactive_split_bytes, small, split_bytes)
+
+    def free_requested(self, small: bool, size: int, requested: int) -> None:
+        """The user freed a block that still waits for record_stream events (pending):
+        ``free_completed`` follows when they have completed."""
+        usage = self.usage[0 if small else 1]
+        usage.frees += 1
+        usage.free_bytes += size
+        usage.free_requested += requested
+        usage.pending += 1
+        usage.pending_bytes += size
+        usage.pending_requested += requested
+
+    def free_completed(
+        self, small: bool, size: int, requested: int, split: int, split_bytes: int
+    ) -> None:
+        """A pending free's events have completed: the block is back in its pool."""
+        usage = self.usage[0 if small else 1]
+        usage.pending -= 1
+        usage.pending_bytes -= size
+        usage.pending_requested -= requested
+        if split:
+            self._split(self.inactive_split, small, split)
+        if split_bytes:
+            self._split(self.inactive_split_bytes, small, split_bytes)
 
     @staticmethod
-    def bump(counter: list[int], delta: int) -> None:
-        """Change a single (current, peak, allocated, freed) counter."""
+    def _split(stat: tuple[Stat, Stat, Stat], small: bool, delta: int) -> None:
+        """inactive_split(_bytes) moves by the net change of one call (PyTorch applies it
+        once, as one increase or decrease) in the aggregate and in the pool kind."""
+        every, mine = stat[0], stat[1 if small else 2]
         if delta > 0:
-            counter[0] += delta
-            counter[2] += delta
-            counter[1] = max(counter[1], counter[0])
+            current = every.current + delta
+            every.current = current
+            every.allocated += delta
+            if current > every.peak:
+                every.peak = current
+            current = mine.current + delta
+            mine.current = current
+            mine.allocated += delta
+            if current > mine.peak:
+                mine.peak = current
         else:
-            counter[0] += delta
-            counter[3] -= delta
+            every.current += delta
+            every.freed -= delta
+            mine.current += delta
+            mine.freed -= delta
 
-    # ---- the log ----------------------------------------------------------------------
-    def flush(self) -> None:
-        """Apply every logged malloc/free to the counters (exact peaks included)."""
-        log = self.log
-        if not log:
-            return
-        self.log = []
-        n = len(log)
-        entries = np.fromiter(chain.from_iterable(log), np.int64, 5 * n).reshape(n, 5)
-        ops, kinds = entries[:, 0] >> 4, entries[:, 0] & 15
-        pairs = ops == OP_PAIR
-        if pairs.any():  # a pair is an alloc row, then a free row undoing its split deltas
-            reps = np.where(pairs, 2, 1)
-            entries, ops, kinds = (np.repeat(a, reps, axis=0) for a in (entries, ops, kinds))
-            second = np.zeros(len(ops), bool)
-            second[(np.cumsum(reps) - 1)[pairs]] = True
-            ops[second] = OP_FREE
-            ops[ops == OP_PAIR] = OP_ALLOC
-            entries[second, 3:] *= -1
-        values = np.stack([np.ones(len(ops), np.int64), entries[:, 1], entries[:, 2]], 1)
-        columns = [self._deltas(values, ops, k) for k in range(len(_LOGGED))]
-        columns += [entries[:, 3], entries[:, 4]]
-        stats = (*_LOGGED, INACTIVE_SPLIT, INACTIVE_SPLIT_BYTES)
-        small = kinds == SMALL
-        for stat, deltas in zip(stats, columns, strict=True):
-            self._apply(stat, deltas)
-            self._apply(stat + SMALL, np.where(small, deltas, 0))
-            self._apply(stat + LARGE, np.where(small, 0, deltas))
+    # ---- the slow path ------------------------------------------------------------------
+    def segment_added(self, small: bool, nbytes: int, new_segment: bool = True) -> None:
+        """Memory reserved from the device: a new segment, or (expandable) pages mapped."""
+        kind = 1 if small else 2
+        if new_segment:
+            self.segment[0].increase(1)
+            self.segment[kind].increase(1)
+        self.reserved_bytes[0].increase(nbytes)
+        self.reserved_bytes[kind].increase(nbytes)
 
-    @staticmethod
-    def _deltas(values: np.ndarray, ops: np.ndarray, k: int) -> np.ndarray:
-        which = _COEF[ops, k, 0]
-        sign = _COEF[ops, k, 1]
-        return values[np.arange(len(ops)), which] * sign
+    def segment_removed(self, small: bool, nbytes: int, whole_segment: bool = True) -> None:
+        kind = 1 if small else 2
+        if whole_segment:
+            self.segment[0].decrease(1)
+            self.segment[kind].decrease(1)
+        self.reserved_bytes[0].decrease(nbytes)
+        self.reserved_bytes[kind].decrease(nbytes)
 
-    def _apply(self, i: int, deltas: np.ndarray) -> None:
-        v = self.v
-        running = np.cumsum(deltas) + v[i]
-        v[i + 1] = max(v[i + 1], int(running.max()))
-        v[i] = int(running[-1])
-        v[i + 2] += int(deltas[deltas > 0].sum())
-        v[i + 3] -= int(deltas[deltas < 0].sum())
+    # ---- readers ------------------------------------------------------------------------
+    def _currents_all(self) -> tuple[int, ...]:
+        small, large = self.usage[0].currents(), self.usage[1].currents()
+        return tuple(a + b for a, b in zip(small, large, strict=True))
 
-    # ---- readers ----------------------------------------------------------------------
-    def current(self, stat: int, pool: int = 0) -> int:
-        self.flush()
-        return self.v[stat + pool]
+    def usage_stats(self, pool: int) -> list[Stat]:
+        """allocation, allocated_bytes, active, active_bytes, requested_bytes of a group
+        (0: all, 1: small, 2: large) as Stats."""
+        if pool == 0:
+            parts = self.usage
+            currents = self._currents_all()
+        else:
+            parts = (self.usage[pool - 1],)
+            currents = parts[0].currents()
+        peaks = self._peaks[pool].values
+        allocs = sum(u.allocs for u in parts)
+        alloc_bytes = sum(u.alloc_bytes for u in parts)
+        alloc_requested = sum(u.alloc_requested for u in parts)
+        frees = sum(u.frees for u in parts)
+        free_bytes = sum(u.free_bytes for u in parts)
+        done = frees - sum(u.pending for u in parts)
+        done_bytes = free_bytes - sum(u.pending_bytes for u in parts)
+        done_requested = sum(u.free_requested - u.pending_requested for u in parts)
+        increases = (allocs, alloc_bytes, allocs, alloc_bytes, alloc_requested)
+        decreases = (frees, free_bytes, done, done_bytes, done_requested)
+        return [Stat(currents[i], peaks[i], increases[i], decreases[i]) for i in range(5)]
 
-    def peak(self, stat: int, pool: int = 0) -> int:
-        self.flush()
-        return self.v[stat + pool + 1]
+    def current(self, name: str, pool: int = 0) -> int:
+        """The current value of one stat (``pool``: 0 all, 1 small, 2 large) in O(1)."""
+        i = _USAGE.get(name)
+        if i is None:
+            return getattr(self, name)[pool].current
+        if pool:
+            return self.usage[pool - 1].current(i)
+        return self.usage[0].current(i) + self.usage[1].current(i)
 
-    def reset_peak(self) -> None:
-        self.flush()
-        v = self.v
-        for i in range(0, len(v), 4):
-            v[i + 1] = v[i]
-        for counter in (self.oversize_allocations, self.oversize_segments):
-            counter[1] = counter[0]
-
-    def reset_accumulated(self) -> None:
-        self.flush()
-        v = self.v
-        for i in range(0, len(v), 4):
-            v[i + 2] = v[i + 3] = 0
-        for counter in (self.oversize_allocations, self.oversize_segments):
-            counter[2] = counter[3] = 0
-        self.num_alloc_retries = 0
-        self.num_ooms = 0
-        self.num_sync_all_streams = 0
-        self.num_device_alloc = 0
-        self.num_device_free = 0
+    def peak(self, name: str, pool: int = 0) -> int:
+        if name in _USAGE:
+            return self.usage_stats(pool)[_USAGE[name]].peak
+        return getattr(self, name)[pool].peak
 
     def as_dict(self, max_split_size: int) -> dict[str, int]:
         """PyTorch's flat memory_stats dict, keys sorted as torch.cuda.memory_stats sorts them."""
-        self.flush()
         out: dict[str, int] = {}
-        v = self.v
-        for s, name in enumerate(STAT_NAMES):
-            for p, pool in enumerate(POOL_NAMES):
-                base = s * 12 + p * 4
-                for f, field in enumerate(_FIELDS):
-                    out[f"{name}.{pool}.{field}"] = v[base + f]
+        for pool, pool_name in enumerate(POOL_NAMES):
+            usage = dict(zip(_USAGE, self.usage_stats(pool), strict=True))
+            for name in STAT_NAMES:
+                stat = usage[name] if name in usage else getattr(self, name)[pool]
+                for field, value in zip(FIELDS, stat.fields(), strict=True):
+                    out[f"{name}.{pool_name}.{field}"] = value
         for name in ("oversize_allocations", "oversize_segments"):
-            counter = getattr(self, name)
-            for f, field in enumerate(_FIELDS):
-                out[f"{name}.{field}"] = counter[f]
+            for field, value in zip(FIELDS, getattr(self, name).fields(), strict=True):
+                out[f"{name}.{field}"] = value
         out["num_alloc_retries"] = self.num_alloc_retries
         out["num_ooms"] = self.num_ooms
         out["num_sync_all_streams"] = self.num_sync_all_streams
@@ -238,3 +350,39 @@ class Stats:
         out["num_device_free"] = self.num_device_free
         out["max_split_size"] = max_split_size
         return dict(sorted(out.items()))
+
+    def reset_peak(self) -> None:
+        for pool, peaks in enumerate(self._peaks):
+            currents = self._currents_all() if pool == 0 else self.usage[pool - 1].currents()
+            peaks.values = list(currents)
+            peaks.room_count = peaks.room_bytes = peaks.room_requested = 0
+        for stat in self._stats():
+            stat.reset_peak()
+
+    def reset_accumulated(self) -> None:
+        for usage in self.usage:
+            usage.restart()
+        for stat in self._stats():
+            stat.reset_accumulated()
+        self.num_alloc_retries = 0
+        self.num_ooms = 0
+        self.num_sync_all_streams = 0
+        self.num_device_alloc = 0
+        self.num_device_free = 0
+
+    def _stats(self) -> list[Stat]:
+        groups = (self.segment, self.reserved_bytes, self.inactive_split, self.inactive_split_bytes)
+        return [s for g in groups for s in g] + [self.oversize_allocations, self.oversize_segments]
+
+
+_USAGE = {  # the usage stats, in the order of Usage.currents()
+    "allocation": 0,
+    "allocated_bytes": 1,
+    "active": 2,
+    "active_bytes": 3,
+    "requested_bytes": 4,
+}
+
+
+def _group() -> tuple[Stat, Stat, Stat]:
+    return Stat(), Stat(), Stat()

@@ -53,7 +53,6 @@ from .._errors import CudaError, OutOfMemoryError
 from ..driver._sim import SimDriver, parse_bytes
 from ..memory._caching import DeviceCachingAllocator
 from ..memory._config import AllocatorConfig, parse_config
-from ..memory._stats import ALLOCATED_BYTES, RESERVED_BYTES
 from ._output import check_output_path, console, describe_error, fitted, progress
 from ._snapshot_file import load_snapshot
 
@@ -354,7 +353,9 @@ class _Record:
     def __init__(self) -> None:
         self.sizes: list[int] = []
 
-    def record(self, allocator: Any, action: str, addr: int, size: int, stream: int) -> None:
+    def record(
+        self, allocator: Any, action: str, addr: int, size: int, stream: int, context: Any = None
+    ) -> None:
         if action == "segment_alloc" or action == "segment_map":
             self.sizes.append(size)
 
@@ -381,11 +382,11 @@ def _split_config(text: str) -> tuple[str, bool]:
 
 
 def _largest_free(allocator: DeviceCachingAllocator) -> int:
-    """The largest free mapped block: the last of each (size-ordered) free list."""
+    """The largest free mapped block of any pool."""
     pools = [allocator.small, allocator.large]
     for private in allocator.private_pools.values():
         pools += [private.small, private.large]
-    return max((f.blocks[-1].size for p in pools for f in p.free.values() if f.blocks), default=0)
+    return max(pool.largest_free() for pool in pools)
 
 
 class _Replayer:
@@ -397,7 +398,6 @@ class _Replayer:
         pre = [(addr, size) for addr, size, _, _ in trace.pre_segments]
         self.driver = ReplayDriver(capacity, pre + trace.recorded_segments)
         allocator = DeviceCachingAllocator(Device("sim", 0), config, driver=self.driver)
-        allocator.no_caching = False  # a replay is of the caching allocator, whatever the env
         allocator.recorder = self.record = _Record()
         self.allocator = allocator
         self.ptrs: dict[int, int] = {}  # recorded address -> replay pointer, live allocations
@@ -410,10 +410,10 @@ class _Replayer:
     def _malloc(self, addr: int, size: int, stream: int) -> None:
         allocator = self.allocator
         self.ptrs[addr] = allocator.malloc(max(size, 1), stream)
-        allocated = allocator.stats.current(ALLOCATED_BYTES)
+        allocated = allocator.stats.current("allocated_bytes")
         if allocated > self.peak_allocated:  # the peak moment: note the state there
             self.peak_allocated = allocated
-            self.reserved_at_peak = allocator.stats.current(RESERVED_BYTES)
+            self.reserved_at_peak = allocator.stats.current("reserved_bytes")
             self.largest_free_at_peak = _largest_free(allocator)
 
     def _free_requested(self, addr: int, pending: bool) -> None:
@@ -483,8 +483,8 @@ class _Replayer:
             except OutOfMemoryError:
                 return True, i
             if action in _REQUESTS:
-                reserved_out.append(stats.current(RESERVED_BYTES))
-                allocated_out.append(stats.current(ALLOCATED_BYTES))
+                reserved_out.append(stats.current("reserved_bytes"))
+                allocated_out.append(stats.current("allocated_bytes"))
         return False, None
 
 
@@ -524,7 +524,7 @@ def _replay_one(
     oom, oom_at = replayer.run(progress)
     stats = replayer.allocator.stats
     sizes = replayer.record.sizes
-    peak_allocated = stats.peak(ALLOCATED_BYTES)
+    peak_allocated = stats.peak("allocated_bytes")
     at_peak = replayer.reserved_at_peak
     use_text = "record_use:True" if use else ""
     row = {
@@ -533,7 +533,7 @@ def _replay_one(
         "device_malloc": stats.num_device_alloc,
         "device_free": stats.num_device_free,
         "segment_sizes": sizes,
-        "peak_reserved": stats.peak(RESERVED_BYTES),
+        "peak_reserved": stats.peak("reserved_bytes"),
         "peak_allocated": peak_allocated,
         "reserved_at_peak": at_peak,
         "ratio": round(at_peak / peak_allocated, 4) if peak_allocated else None,

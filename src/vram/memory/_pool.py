@@ -1,0 +1,316 @@
+"""The pool: segments, the blocks that tile them, and the index of the free ones.
+
+A *segment* is one piece of device memory from a segment source: a cudaMalloc, or one
+reserved virtual range of an expandable segment. Its *blocks* tile it: ``prev``/``next``
+link them in address order, contiguous, with no gaps and no overlap. A block is in one of
+four states (``Block.state``): handed to a user (ALLOCATED), freed but waiting for
+record_stream events (PENDING), free and in its pool's index (FREE), or, in an expandable
+segment, a stretch with no pages mapped (UNMAPPED, in the pool's unmapped index).
+
+A *pool* holds the free blocks of one size class (small or large) of one owner (the
+allocator itself, or a private pool). The only ways to change a pool are its primitives,
+each with its invariant checked where it is declared:
+
+- ``insert(block)``: a FREE block enters the index;
+- ``remove(block)``: it leaves the index (``best_fit`` finds, the caller removes);
+- ``split(block, size, state)``: a block outside the index keeps its first ``size`` bytes;
+  the rest becomes a new block, in ``state``, in that state's index;
+- ``merge(block)``: a block outside the index absorbs its FREE neighbours;
+- ``insert_unmapped`` / ``remove_unmapped`` and ``merge_unmapped``: the same for UNMAPPED
+  stretches of expandable segments.
+
+Invariants: the blocks of a segment tile it; a FREE block is in exactly one index entry;
+no two FREE neighbours of one segment (they are merged as they become free), nor two
+UNMAPPED ones.
+
+Note [The free-block index]
+Best fit is PyTorch's order (stream, size, address): the smallest free block of the
+request's stream that fits, the lowest address among blocks of that size. Per stream the
+index keeps the FREE blocks by address (``blocks``), the sorted list of the distinct sizes
+present (``sizes``), and per size a min-heap of those blocks' addresses (``heaps``). Best
+fit is a bisection over the k distinct sizes and a heap peek; insert is a heap push;
+remove deletes the block from ``blocks`` and pops its heap only when it is on top (a
+taken best fit always is). An address left in a heap by a block removed from below the top
+is stale: best fit pops it when it surfaces (it is not in ``blocks``, or the block there
+has another size), and the stream's heaps are rebuilt from ``blocks`` once stale entries
+outnumber live ones. So every operation is O(log n), none walks the blocks, and a size's
+heap and its place in ``sizes`` go when its last block does.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from heapq import heappop, heappush
+from typing import Any
+
+__all__ = [
+    "ALLOCATED",
+    "PENDING",
+    "FREE",
+    "UNMAPPED",
+    "MIN_BLOCK_SIZE",
+    "SMALL_SIZE",
+    "SMALL_BUFFER",
+    "MIN_LARGE_ALLOC",
+    "LARGE_BUFFER",
+    "ROUND_LARGE",
+    "Segment",
+    "Block",
+    "Pool",
+]
+
+MIN_BLOCK_SIZE = 512  # bytes; every request is rounded up to a multiple of this
+SMALL_SIZE = 1 << 20  # bytes; requests up to this come from the small pool
+SMALL_BUFFER = 2 << 20  # bytes; the segment size (expandable: the page) of the small pool
+MIN_LARGE_ALLOC = 10 << 20  # bytes; large requests below this share a LARGE_BUFFER segment
+LARGE_BUFFER = 20 << 20  # bytes; the shared segment size of the large pool
+ROUND_LARGE = 2 << 20  # bytes; larger requests get a segment rounded up to this
+
+# Block states
+ALLOCATED = 0  # handed out to a user
+PENDING = 1  # freed by the user, waiting for record_stream events to complete
+FREE = 2  # free, in its pool's index
+UNMAPPED = 3  # an expandable segment's stretch with no pages behind it
+
+
+class Segment:
+    """Device memory from one source: a device allocation, or a reserved VMM range.
+
+    ``stream`` is the stream every block of the segment belongs to; it changes only when a
+    whole unsplit segment moves to another stream (cross_stream_reuse).
+    """
+
+    __slots__ = ("ptr", "size", "stream", "pool", "expandable", "oversize", "context", "tag")
+
+    def __init__(self, ptr: int, size: int, stream: int, pool: Pool, expandable: Any = None):
+        self.ptr = ptr
+        self.size = size  # bytes reserved (expandable: the whole range, mapped or not)
+        self.stream = stream
+        self.pool = pool
+        self.expandable = expandable  # the ExpandableRange behind it, or None
+        self.oversize = False  # counted in oversize_segments when it was made
+        self.context: Any = None  # frames of the segment_alloc, when history is on
+        self.tag = ""  # who asked for it, when not a user: "cublas workspace", ...
+
+    def __repr__(self) -> str:
+        kind = "expandable " if self.expandable is not None else ""
+        return f"<Segment {kind}{self.size} B at {self.ptr:#x} stream {self.stream:#x}>"
+
+
+class Block:
+    """A piece of a segment (see the module docstring for its states)."""
+
+    __slots__ = (
+        "ptr",
+        "size",
+        "segment",
+        "prev",  # the block before it in its segment (lower address), or None
+        "next",  # the block after it, or None
+        "state",
+        "requested_size",  # bytes the user asked for (ALLOCATED and PENDING blocks)
+        "use_events",  # record_use events the next owner's stream waits on; None if none
+        "gc_age",  # the pool's get_free_blocks count when it became FREE (GC's age)
+        "context",  # frames of the alloc, when history is on
+    )
+
+    def __init__(self, ptr: int, size: int, segment: Segment, state: int) -> None:
+        self.ptr = ptr
+        self.size = size
+        self.segment = segment
+        self.prev: Block | None = None
+        self.next: Block | None = None
+        self.state = state
+        self.requested_size = 0
+        self.use_events: list | None = None
+        self.gc_age = 0
+        self.context: Any = None
+
+    def is_split(self) -> bool:
+        """True when the block does not span its whole segment."""
+        return self.prev is not None or self.next is not None
+
+    def __repr__(self) -> str:
+        state = ("allocated", "pending", "free", "unmapped")[self.state]
+        return f"<Block {self.size} B at {self.ptr:#x} {state}>"
+
+
+class _StreamIndex:
+    """The FREE blocks of one stream in one pool (Note [The free-block index])."""
+
+    __slots__ = ("sizes", "heaps", "blocks", "entries")
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []  # sorted distinct sizes that have a heap
+        self.heaps: dict[int, list[int]] = {}  # size -> min-heap of addresses (some stale)
+        self.blocks: dict[int, Block] = {}  # address -> FREE block
+        self.entries = 0  # addresses in all heaps, stale ones included
+
+    def rebuild(self) -> None:
+        """Drop every stale heap entry: the heaps again hold exactly the FREE blocks."""
+        heaps: dict[int, list[int]] = {}
+        for ptr in sorted(self.blocks):
+            heaps.setdefault(self.blocks[ptr].size, []).append(ptr)  # sorted: a heap
+        self.heaps = heaps
+        self.sizes = sorted(heaps)
+        self.entries = len(self.blocks)
+
+
+class Pool:
+    """The free blocks of one size class of one owner, indexed for best fit."""
+
+    __slots__ = (
+        "is_small",
+        "owner",
+        "index",
+        "unmapped",
+        "get_free_blocks_call_count",
+    )
+
+    def __init__(self, is_small: bool, owner: Any = None) -> None:
+        self.is_small = is_small
+        self.owner = owner  # None for the allocator's own pools, else the private pool
+        self.index: dict[int, _StreamIndex] = {}  # stream -> its FREE blocks
+        self.unmapped: dict[int, list[Block]] = {}  # stream -> UNMAPPED blocks by address
+        self.get_free_blocks_call_count = 0  # counted only while GC is on (PyTorch's)
+
+    # ---- the index ----------------------------------------------------------------------
+    def insert(self, block: Block) -> None:
+        """A FREE block enters the index. Pre: it is FREE and not in the index."""
+        found = self.index.get(block.segment.stream)
+        if found is None:
+            found = self.index[block.segment.stream] = _StreamIndex()
+        ptr, size = block.ptr, block.size
+        assert block.state == FREE and ptr not in found.blocks, "FREE blocks enter once"
+        found.blocks[ptr] = block
+        heap = found.heaps.get(size)
+        if heap is None:
+            found.heaps[size] = [ptr]
+            insort(found.sizes, size)
+        else:
+            heappush(heap, ptr)
+        found.entries += 1
+        block.gc_age = self.get_free_blocks_call_count
+
+    def remove(self, block: Block) -> None:
+        """A FREE block leaves the index (to be handed out, merged or released)."""
+        found = self.index[block.segment.stream]
+        ptr, size = block.ptr, block.size
+        del found.blocks[ptr]  # (KeyError: it was not in the index)
+        heap = found.heaps[size]
+        if heap[0] == ptr:  # on top, as a best fit is: no stale entry left behind
+            heappop(heap)
+            found.entries -= 1
+            if not heap:
+                del found.heaps[size]
+                del found.sizes[bisect_left(found.sizes, size)]
+        elif found.entries > 2 * len(found.blocks) + 64:
+            found.rebuild()
+
+    def best_fit(self, stream: int, size: int) -> Block | None:
+        """The first FREE block of ``stream`` in (size, address) order with at least ``size``
+        bytes, left in the index; None if there is none."""
+        found = self.index.get(stream)
+        if found is None:
+            return None
+        sizes, heaps, blocks = found.sizes, found.heaps, found.blocks
+        i = bisect_left(sizes, size)
+        while i < len(sizes):
+            fit = sizes[i]
+            heap = heaps[fit]
+            while heap:
+                block = blocks.get(heap[0])
+                if block is not None and block.size == fit:
+                    return block
+                heappop(heap)  # stale: its block was removed from below the top
+                found.entries -= 1
+            del heaps[fit], sizes[i]  # only stale entries were left
+        return None
+
+    def blocks_from(self, stream: int, size: int = 0) -> list[Block]:
+        """The FREE blocks of ``stream`` with at least ``size`` bytes, in (size, address)
+        order (for the searches that walk the order: not on the cached path)."""
+        found = self.index.get(stream)
+        if found is None:
+            return []
+        chosen = [b for b in found.blocks.values() if b.size >= size]
+        return sorted(chosen, key=lambda b: (b.size, b.ptr))
+
+    def free_blocks(self) -> list[Block]:
+        """Every FREE block, in PyTorch's set order (stream, size, address)."""
+        return [b for stream in sorted(self.index) for b in self.blocks_from(stream)]
+
+    def largest_free(self) -> int:
+        """The size of the largest FREE block (0 if none)."""
+        return max((b.size for f in self.index.values() for b in f.blocks.values()), default=0)
+
+    def streams(self) -> list[int]:
+        """The streams that have FREE blocks in this pool."""
+        return [stream for stream, found in self.index.items() if found.blocks]
+
+    # ---- unmapped stretches of expandable segments --------------------------------------
+    def insert_unmapped(self, block: Block) -> None:
+        assert block.state == UNMAPPED, "only UNMAPPED blocks enter the unmapped index"
+        blocks = self.unmapped.setdefault(block.segment.stream, [])
+        blocks.insert(bisect_left([b.ptr for b in blocks], block.ptr), block)
+
+    def remove_unmapped(self, block: Block) -> None:
+        self.unmapped[block.segment.stream].remove(block)
+
+    # ---- changing the tiling ------------------------------------------------------------
+    def split(self, block: Block, size: int, rest_state: int = FREE) -> Block:
+        """Cut ``block`` (not in an index) after its first ``size`` bytes: ``block`` keeps
+        the front; the rest becomes a new block in ``rest_state`` (FREE or UNMAPPED), put
+        into that state's index. Returns the rest.
+
+        Pre: 0 < size < block.size. The rest inherits the block's record_use events.
+        """
+        assert 0 < size < block.size, "a split leaves two non-empty blocks"
+        rest = Block(block.ptr + size, block.size - size, block.segment, rest_state)
+        rest.next = block.next
+        if rest.next is not None:
+            rest.next.prev = rest
+        rest.prev = block
+        block.next = rest
+        block.size = size
+        if block.use_events:
+            rest.use_events = list(block.use_events)
+        if rest_state == FREE:
+            self.insert(rest)
+        else:
+            self.insert_unmapped(rest)
+        return rest
+
+    def merge(self, block: Block, state: int = FREE) -> int:
+        """``block`` (outside both indexes) absorbs its neighbours that are in ``state``
+        (FREE or UNMAPPED), taking them out of their index; returns how many it absorbed
+        (0, 1 or 2). Blocks never merge across segments: the links end at their edges.
+        """
+        absorbed = 0
+        prev, nxt = block.prev, block.next
+        if prev is not None and prev.state == state:
+            self.remove(prev) if state == FREE else self.remove_unmapped(prev)
+            block.ptr = prev.ptr
+            block.prev = prev.prev
+            if block.prev is not None:
+                block.prev.next = block
+            block.size += prev.size
+            absorbed = 1
+            if prev.use_events:
+                block.use_events = _union(block.use_events, prev.use_events)
+        if nxt is not None and nxt.state == state:
+            self.remove(nxt) if state == FREE else self.remove_unmapped(nxt)
+            block.next = nxt.next
+            if block.next is not None:
+                block.next.prev = block
+            block.size += nxt.size
+            absorbed += 1
+            if nxt.use_events:
+                block.use_events = _union(block.use_events, nxt.use_events)
+        return absorbed
+
+
+def _union(mine: list | None, theirs: list) -> list:
+    """The record_use events of two merged blocks (each event once)."""
+    if not mine:
+        return list(theirs)
+    return mine + [event for event in theirs if event not in mine]

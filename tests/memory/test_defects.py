@@ -1,0 +1,232 @@
+"""Regression tests of the defects an independent fuzz found in the allocator (issue 8),
+and of the memory API's argument checks: each failed before its fix."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import vram
+from vram.memory import (
+    _api,
+    _caching,
+    allocator_for,
+    caching_allocator_alloc,
+    caching_allocator_delete,
+)
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+
+def fill(ptr: int, nbytes: int, value: int, stream: vram.Stream) -> None:
+    vram.sim.driver().memset_d8(ptr, value, nbytes, stream.cuda_stream)
+
+
+def read(ptr: int, nbytes: int) -> np.ndarray:
+    return vram.sim.driver().view(ptr, nbytes).copy()
+
+
+# ---- use-after-free: expandable segments + record_use ----------------------------------
+def test_unmapping_a_free_page_waits_for_its_record_use_events(sim0):
+    """The fuzz's repro: a page freed with a record_use event pending on another stream is
+    not unmapped (and re-mapped, and overwritten) before the consumer's copy has run."""
+    vram.memory.set_allocator_settings("expandable_segments:True")
+    producer, consumer = vram.current_stream(), vram.Stream()
+    with vram.sim.deferred():
+        x = caching_allocator_alloc(2 * MiB)
+        y = caching_allocator_alloc(2 * MiB, stream=consumer)
+        fill(x, 2 * MiB, 7, producer)
+        consumer.wait_stream(producer)
+        vram.sim.driver().memcpy_dtod(y, x, 2 * MiB, consumer.cuda_stream)
+        vram.memory.record_use(x, consumer)
+        caching_allocator_delete(x)
+        vram.memory.empty_cache()  # may unmap x's page: only after the copy has run
+        z = caching_allocator_alloc(2 * MiB)  # re-maps a page, then producer writes 9
+        fill(z, 2 * MiB, 9, producer)
+        vram.sim.run()
+    assert (read(y, 2 * MiB) == 7).all()
+
+
+# ---- stream handles are checked on entry; a failing free changes nothing ----------------
+@pytest.mark.parametrize("handle", [12345, -1])
+def test_a_made_up_stream_handle_is_rejected(sim0, handle):
+    with pytest.raises(ValueError, match=r"stream: .* is no stream known to sim:0"):
+        caching_allocator_alloc(1024, stream=handle)
+    ptr = caching_allocator_alloc(1024)
+    with pytest.raises(ValueError, match=r"stream: .* is no stream known to sim:0"):
+        vram.memory.record_stream(ptr, handle)
+    caching_allocator_delete(ptr)
+    assert vram.memory.memory_allocated() == 0
+
+
+def test_record_stream_with_none_is_rejected(sim0):
+    ptr = caching_allocator_alloc(1024)
+    with pytest.raises(TypeError, match="record_stream: stream must be a vram.Stream"):
+        vram.memory.record_stream(ptr, None)
+    caching_allocator_delete(ptr)
+
+
+def test_a_free_whose_event_record_fails_leaves_the_block_allocated(sim0, monkeypatch):
+    ptr = caching_allocator_alloc(4 * KiB)
+    vram.memory.record_stream(ptr, vram.Stream())
+    sim = vram.sim.driver()
+
+    def fail(event: int, stream: int) -> None:
+        raise vram.CudaError("cuEventRecord", "CUDA_ERROR_INVALID_HANDLE")
+
+    monkeypatch.setattr(sim, "event_record", fail)
+    with pytest.raises(vram.CudaError):
+        allocator_for(sim0).free(ptr)
+    monkeypatch.undo()
+    assert vram.memory.memory_allocated() == 4 * KiB  # nothing changed ...
+    [segment] = vram.memory.memory_snapshot()
+    assert [b["state"] for b in segment["blocks"]] == ["active_allocated", "inactive"]
+    caching_allocator_delete(ptr)  # ... and it can still be freed
+    vram.sim.run()
+    vram.memory.empty_cache()
+    assert vram.memory.memory_reserved() == 0 and vram.memory.memory_snapshot() == []
+
+
+@pytest.mark.parametrize(
+    ("ptr", "error", "message"),
+    [
+        ("a", TypeError, "ptr: expected an int device pointer, got 'a'"),
+        (None, TypeError, "ptr: expected an int device pointer, got None"),
+        (0x1234, ValueError, "ptr: 0x1234 was not allocated by caching_allocator_alloc"),
+    ],
+)
+def test_caching_allocator_delete_names_a_bad_pointer(sim0, ptr, error, message):
+    with pytest.raises(error, match=message):
+        caching_allocator_delete(ptr)
+
+
+def test_memory_snapshot_rejects_a_bad_pool_id(sim0):
+    with pytest.raises(TypeError, match="mempool_id: expected a pool id"):
+        vram.memory.memory_snapshot(mempool_id="x")
+
+
+# ---- callbacks and observers ------------------------------------------------------------
+def test_callbacks_and_observers_must_be_callable(sim0):
+    with pytest.raises(TypeError, match="callback: expected a callable, got None"):
+        vram.memory.register_free_memory_callback(None)
+    with pytest.raises(TypeError, match="observer: expected a callable, got 5"):
+        vram.memory.attach_out_of_memory_observer(5)
+    assert allocator_for(sim0).free_memory_callbacks == []
+    assert allocator_for(sim0).oom_observers == []
+
+
+def test_a_raising_callback_is_reported_not_fatal_and_can_be_unregistered(sim0, capacity):
+    calls = []
+
+    def broken() -> bool:
+        calls.append(1)
+        raise RuntimeError("boom")
+
+    vram.memory.register_free_memory_callback(broken)
+    with pytest.warns(RuntimeWarning, match="free-memory callback .* raised RuntimeError"):
+        ptr = caching_allocator_alloc(2 * MiB)  # the slow path: the callback runs
+    assert calls == [1] and ptr
+    vram.memory.unregister_free_memory_callback(broken)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        caching_allocator_delete(caching_allocator_alloc(30 * MiB))
+    assert calls == [1]
+    with pytest.raises(ValueError, match="callback: .* is not registered"):
+        vram.memory.unregister_free_memory_callback(broken)
+    caching_allocator_delete(ptr)
+
+
+def test_a_callback_may_free_memory_itself(sim0, capacity):
+    """The lock is let go around callbacks: one that frees (not from a finalizer) works."""
+    capacity(2 * MiB)
+    held = [caching_allocator_alloc(MiB), caching_allocator_alloc(MiB)]
+
+    def release() -> bool:
+        if len(held) == 2:
+            caching_allocator_delete(held.pop())
+            return True
+        return False
+
+    vram.memory.register_free_memory_callback(release)
+    again = caching_allocator_alloc(MiB)  # full: the callback frees one and it is reused
+    assert again and len(held) == 1
+    caching_allocator_delete(again)
+    caching_allocator_delete(held.pop())
+
+
+# ---- expandable segments: address space, and the memory-fraction cap ------------------------
+def test_expandable_segments_on_many_streams_of_a_large_device(sim0):
+    """Each (stream, pool) reserves 1.125 x the device: an 80 GiB device ran out of the sim's
+    address space at the 6th stream."""
+    vram.sim.set_capacity(0, 80 * GiB)
+    vram.memory.set_allocator_settings("expandable_segments:True")
+    streams = [vram.Stream(priority=-2) for _ in range(12)]
+    ptrs = [caching_allocator_alloc(MiB, stream=s) for s in streams]
+    assert len(set(ptrs)) == 12
+    for ptr in ptrs:
+        caching_allocator_delete(ptr)
+
+
+def test_a_failed_reservation_is_out_of_memory_not_a_raw_error(sim0, monkeypatch):
+    vram.memory.set_allocator_settings("expandable_segments:True")
+    sim = vram.sim.driver()
+
+    def no_room(device: int, size: int) -> int:
+        raise vram.CudaError("cuMemAddressReserve", "CUDA_ERROR_OUT_OF_MEMORY")
+
+    monkeypatch.setattr(sim, "vmm_reserve", no_room)
+    with pytest.raises(vram.OutOfMemoryError, match="Tried to allocate"):
+        caching_allocator_alloc(MiB)
+    assert vram.memory.memory_stats()["num_alloc_retries"] == 1  # the whole ladder ran
+
+
+def test_the_memory_fraction_cap_holds_for_expandable_pages(sim0):
+    vram.sim.set_capacity(0, GiB)
+    vram.memory.set_allocator_settings("expandable_segments:True")
+    vram.memory.set_per_process_memory_fraction(0.03)  # 30.72 MiB
+    cap = allocator_for(sim0).allowed_memory_maximum
+    a = caching_allocator_alloc(10 * MiB)  # maps one 20 MiB page
+    b = caching_allocator_alloc(10 * MiB)  # its other half
+    with pytest.raises(vram.OutOfMemoryError):  # 20 + the request's 10 MiB fit the cap, but
+        caching_allocator_alloc(10 * MiB)  # the page it needs is 20 MiB: 40 MiB > 30.72
+    assert vram.memory.memory_reserved() == 20 * MiB <= cap
+    caching_allocator_delete(a)
+    caching_allocator_delete(b)
+
+
+# ---- oversize counters under a changing max_split_size --------------------------------------
+def test_oversize_counters_use_the_setting_the_block_was_made_under(sim0):
+    vram.memory.set_allocator_settings("max_split_size_mb:40")
+    ptr = caching_allocator_alloc(50 * MiB)
+    vram.memory.set_allocator_settings("max_split_size_mb:100")  # it is not oversize now
+    caching_allocator_delete(ptr)
+    vram.memory.empty_cache()
+    stats = vram.memory.memory_stats()
+    assert stats["oversize_allocations.current"] == 0
+    assert stats["oversize_allocations.freed"] == 1
+    assert stats["oversize_segments.current"] == 0
+
+
+# ---- VRAM_NO_CACHING's spellings --------------------------------------------------------------
+@pytest.mark.parametrize("value", ["1", "true", "YES", "on"])
+def test_no_caching_takes_pytorchs_spellings(monkeypatch, value):
+    monkeypatch.setenv("VRAM_NO_CACHING", value)
+    assert _caching.no_caching_requested()
+
+
+def test_no_caching_falls_back_to_pytorchs_variable(monkeypatch):
+    monkeypatch.delenv("VRAM_NO_CACHING", raising=False)
+    monkeypatch.setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")
+    assert _caching.no_caching_requested()
+
+
+def test_a_bad_no_caching_value_names_the_variable(monkeypatch):
+    monkeypatch.setenv("VRAM_NO_CACHING", "maybe")
+    with pytest.raises(ValueError, match="VRAM_NO_CACHING: expected 1 or 0"):
+        _caching.no_caching_requested()
+
+
+def test_raw_owner_is_empty_after_the_tests_frees():
+    assert all(a.device.type != "sim" or p for p, a in _api._raw_owner.items())
