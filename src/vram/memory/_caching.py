@@ -192,12 +192,20 @@ class DeviceCachingAllocator:
                 self.lifetimes.note_stream_use(block, stream)
 
     def record_use(self, ptr: int, stream: int) -> None:
-        """The last use of ``ptr`` on ``stream`` is queued now (pytorch#181191's record_use)."""
+        """The last use of ``ptr`` on ``stream`` is queued now (pytorch#181191's record_use).
+
+        While a stream captures a graph, events recorded now could not be waited on later:
+        it falls back to record_stream, as the RFC says.
+        """
         with self._lock:
             if self._dropped:
                 self._free_dropped()
             block = self._live_block(ptr, "record_use")
-            if stream != block.segment.stream:
+            if stream == block.segment.stream:
+                return
+            if self.lifetimes.captures:
+                self.lifetimes.note_stream_use(block, stream)
+            else:
                 self.lifetimes.note_use(block, stream)
 
     def empty_cache(self) -> None:
