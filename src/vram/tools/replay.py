@@ -30,10 +30,14 @@ Rules of the replay:
   never created existed too; they are created up front. Both are reported in ``notes``.
 
 Per configuration the result says: device mallocs (segment allocations plus mapped pages),
-the segment sizes in order, peak reserved and peak allocated; at the peak (the moment
-allocated memory reached its maximum) the reserved bytes, reserved/allocated and the
-largest free block; and whether the replay ran out of memory at ``capacity`` (without one,
-the device is 80 GiB or four times what the trace reserved, whichever is more).
+the segment sizes in order, peak reserved, peak allocated and ``peak_ratio`` (peak reserved
+over peak allocated); at the allocated peak (the moment allocated memory reached its
+maximum) the reserved bytes, the largest free block and ``fragmentation_at_peak`` (1 - the
+largest free block over the reserved bytes not allocated there: 0 when the free memory is one
+block); and whether the replay ran out of memory at ``capacity`` (without one, the device is
+80 GiB or four times what the trace reserved, whichever is more).
+
+``vram replay TRACE --suggest`` searches the settings for the trace (``vram.tools.suggest``).
 """
 
 from __future__ import annotations
@@ -247,6 +251,7 @@ class _Trace:
     pre_allocs: list[tuple[int, int, int]] = field(default_factory=list)  # addr, size, stream
     pre_segments: list[tuple[int, int, int, bool]] = field(default_factory=list)
     cache_clears: set[int] = field(default_factory=set)  # entry index of empty_cache calls
+    ops: list[tuple[int, int, int, int, int]] = field(default_factory=list)  # _compile's
     notes: list[str] = field(default_factory=list)
 
 
@@ -274,6 +279,7 @@ def _read_trace(snapshot: dict, device: int | None) -> _Trace:
     )
     _find_cache_clears(trace)
     _find_pre_state(trace, snapshot, device)
+    trace.ops = _compile(trace)
     return trace
 
 
@@ -345,40 +351,55 @@ def _find_pre_state(trace: _Trace, snapshot: dict, device: int) -> None:
 
 
 # ========================================================================== replaying
-class _Record:
-    """The replay allocator's recorder: the segment sizes it allocated or mapped, in order."""
+class _SegmentSizes:
+    """Wraps the allocator's accounting to note the segment sizes it allocates or maps, in
+    order (the replay keeps no recorder: the allocator's history branches stay untaken)."""
 
-    __slots__ = ("sizes",)
+    __slots__ = ("sizes", "_account")
 
-    def __init__(self) -> None:
+    def __init__(self, account: Callable[..., None]) -> None:
         self.sizes: list[int] = []
+        self._account = account
 
-    def record(
-        self, allocator: Any, action: str, addr: int, size: int, stream: int, context: Any = None
-    ) -> None:
-        if action == "segment_alloc" or action == "segment_map":
-            self.sizes.append(size)
+    def __call__(self, pool: Any, segment: Any, start: int, nbytes: int, action: str) -> None:
+        if nbytes > 0:
+            self.sizes.append(nbytes)
+        self._account(pool, segment, start, nbytes, action)
 
 
 @dataclass
 class _Run:
     row: dict
-    reserved: list[int]  # after each event
+    reserved: list[int]  # after each request (only when a timeline was asked for)
     allocated: list[int]
 
 
-def _split_config(text: str) -> tuple[str, bool]:
-    """Take vram replay's own ``record_use:True`` out of a config string."""
-    kept, record_use = [], False
+_OWN_KEYS = ("record_use", "memory_fraction")  # replay's own keys, not allocator settings
+
+
+def _split_config(text: str) -> tuple[str, bool, float | None]:
+    """Take vram replay's own keys out of a config string: ``record_use:True`` (pending
+    frees replayed with record_use) and ``memory_fraction:F`` (set_per_process_memory_fraction
+    (F) on the replay device before the run, as a program calls it: garbage collection
+    needs it). Returns (allocator settings, record_use, fraction or None)."""
+    kept, record_use, fraction = [], False, None
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, _, value = part.partition(":")
-        if key.strip() == "record_use":
-            if value.strip() not in ("True", "False"):
-                raise ValueError(f"record_use: expected True or False, got {value.strip()!r}")
-            record_use = value.strip() == "True"
+        key, value = key.strip(), value.strip()
+        if key == "record_use":
+            if value not in ("True", "False"):
+                raise ValueError(f"record_use: expected True or False, got {value!r}")
+            record_use = value == "True"
+        elif key == "memory_fraction":
+            try:
+                fraction = float(value)
+            except ValueError:
+                fraction = -1.0
+            if not 0.0 < fraction <= 1.0:
+                raise ValueError(f"memory_fraction: expected a number in (0, 1], got {value!r}")
         else:
             kept.append(part)
-    return ",".join(kept), record_use
+    return ",".join(kept), record_use, fraction
 
 
 def _largest_free(allocator: DeviceCachingAllocator) -> int:
@@ -389,16 +410,61 @@ def _largest_free(allocator: DeviceCachingAllocator) -> int:
     return max(pool.largest_free() for pool in pools)
 
 
+def _allocated_reader(allocator: DeviceCachingAllocator) -> Callable[[], int]:
+    """A function returning the allocator's allocated bytes now, as cheaply as it can."""
+    stats = allocator.stats
+    usage = getattr(stats, "usage", None)
+    try:
+        small, large = usage  # type: ignore[misc]
+        small.base, small.alloc_bytes, small.free_bytes  # noqa: B018 - the fields it reads
+    except (TypeError, ValueError, AttributeError):
+        return lambda: stats.current("allocated_bytes")
+
+    def allocated() -> int:
+        return (
+            small.base[1]
+            + small.alloc_bytes
+            - small.free_bytes
+            + large.base[1]
+            + large.alloc_bytes
+            - large.free_bytes
+        )
+
+    if allocated() != stats.current("allocated_bytes"):  # not the layout it reads
+        return lambda: stats.current("allocated_bytes")
+    return allocated
+
+
+class Pruned(Exception):
+    """A replay stopped early: it reserved more than its bound (``vram replay --suggest``)."""
+
+    def __init__(self, reserved: int, at: int) -> None:
+        super().__init__(f"reserved {reserved} bytes at request {at}, above the bound")
+        self.reserved = reserved
+        self.at = at
+
+
 class _Replayer:
     """One replay of one trace under one configuration."""
 
-    def __init__(self, trace: _Trace, config: AllocatorConfig, capacity: int, record_use: bool):
+    def __init__(
+        self,
+        trace: _Trace,
+        config: AllocatorConfig,
+        capacity: int,
+        record_use: bool,
+        fraction: float | None = None,
+    ):
         self.trace = trace
         self.record_use = record_use
         pre = [(addr, size) for addr, size, _, _ in trace.pre_segments]
         self.driver = ReplayDriver(capacity, pre + trace.recorded_segments)
         allocator = DeviceCachingAllocator(Device("sim", 0), config, driver=self.driver)
-        allocator.recorder = self.record = _Record()
+        if fraction is not None:
+            allocator.set_memory_fraction(fraction)
+        self.segments = _SegmentSizes(allocator._account)
+        allocator.device_malloc.on_reserve = self.segments
+        allocator.expandable.on_reserve = self.segments
         self.allocator = allocator
         self.ptrs: dict[int, int] = {}  # recorded address -> replay pointer, live allocations
         self.held: dict[int, int] = {}  # recorded address -> held stream of a pending free
@@ -407,97 +473,187 @@ class _Replayer:
         self.reserved: list[int] = []
         self.allocated: list[int] = []
 
-    def _malloc(self, addr: int, size: int, stream: int) -> None:
-        allocator = self.allocator
-        self.ptrs[addr] = allocator.malloc(max(size, 1), stream)
-        allocated = allocator.stats.current("allocated_bytes")
-        if allocated > self.peak_allocated:  # the peak moment: note the state there
-            self.peak_allocated = allocated
-            self.reserved_at_peak = allocator.stats.current("reserved_bytes")
-            self.largest_free_at_peak = _largest_free(allocator)
-
-    def _free_requested(self, addr: int, pending: bool) -> None:
-        ptr = self.ptrs.get(addr)
-        if ptr is None:
-            return
-        if pending:
-            stream = self._next_held
-            self._next_held -= 1
-            if self.record_use:
-                self.allocator.record_use(ptr, stream)
-                del self.ptrs[addr]
-            else:
-                self.driver.hold(stream)
-                self.allocator.record_stream(ptr, stream)
-                self.held[addr] = stream
-            self.allocator.free(ptr)
-            return
-        del self.ptrs[addr]
-        self.allocator.free(ptr)
-
-    def _free_completed(self, addr: int) -> None:
-        stream = self.held.pop(addr, None)
-        if stream is not None:
-            self.driver.release(stream)
-            del self.ptrs[addr]
-        elif addr in self.ptrs:  # its free was requested before the trace began
-            self.allocator.free(self.ptrs.pop(addr))
-
     def setup(self) -> None:
         """Make what was live before the trace began."""
-        trace = self.trace
+        trace, allocator = self.trace, self.allocator
         for addr, size, stream in trace.pre_allocs:
-            self._malloc(addr, size, stream)
+            self.ptrs[addr] = allocator.malloc(max(size, 1), stream)
         fills = []
         for addr, size, stream, small in trace.pre_segments:
             if self.driver.is_live(addr):
                 continue  # a live allocation made it already
             if small:
-                fills += [self.allocator.malloc(_MB, stream), self.allocator.malloc(_MB, stream)]
+                fills += [allocator.malloc(_MB, stream), allocator.malloc(_MB, stream)]
             else:
-                fills.append(self.allocator.malloc(size, stream))
+                fills.append(allocator.malloc(size, stream))
         for ptr in fills:
-            self.allocator.free(ptr)
+            allocator.free(ptr)
+        self._note_peak(_allocated_reader(allocator)())
 
-    def run(self, progress: Callable[[int], None] | None = None) -> tuple[bool, int | None]:
-        """Replay every entry; (ran out of memory, at which entry). ``progress(n)`` is told
-        of each ``_PROGRESS_STEP`` entries replayed."""
-        entries = self.trace.entries
-        clears = self.trace.cache_clears
-        completes_later = _pending_frees(entries)
+    def _note_peak(self, allocated: int) -> None:
+        """The state at the allocated peak: reserved and the largest free block there."""
+        if allocated > self.peak_allocated:
+            self.peak_allocated = allocated
+            self.reserved_at_peak = self.allocator.total_allocated_memory
+            self.largest_free_at_peak = _largest_free(self.allocator)
+
+    def run(
+        self,
+        progress: Callable[[int], None] | None = None,
+        timeline: bool = False,
+        bound: int | None = None,
+    ) -> tuple[bool, int | None]:
+        """Replay every request; (ran out of memory, at which trace entry).
+
+        ``progress(n)`` is told of each ``_PROGRESS_STEP`` requests replayed; ``timeline``
+        keeps reserved and allocated bytes after each request; ``bound`` stops the replay
+        with ``Pruned`` as soon as it reserves more bytes than that.
+
+        Note [The replay loop]: the trace was compiled once into (code, addr, size, stream,
+        entry) tuples (``_compile``); this loop is all the replay adds to the allocator's
+        own work per request, so it binds what it calls to locals, reads reserved bytes from
+        the allocator's plain counter, and looks at the state of the allocated peak only
+        when a peak ends (the first request after a run of allocations that set one), not
+        at every allocation.
+        """
+        allocator, driver = self.allocator, self.driver
+        malloc, free, ptrs, held = allocator.malloc, allocator.free, self.ptrs, self.held
+        allocated_now = _allocated_reader(allocator)
         reserved_out, allocated_out = self.reserved, self.allocated
-        stats = self.allocator.stats
-        for i, e in enumerate(entries):
-            action = e["action"]
-            if progress is not None and i % _PROGRESS_STEP == 0 and i:
-                progress(_PROGRESS_STEP)
-            try:
-                if action == "alloc":
-                    self._malloc(e["addr"], e["size"], e["stream"])
-                elif action == "free_requested":
-                    self._free_requested(e["addr"], i in completes_later)
-                elif action == "free_completed":
-                    self._free_completed(e["addr"])
-                elif i in clears:
-                    self.allocator.empty_cache()
-            except OutOfMemoryError:
-                return True, i
-            if action in _REQUESTS:
-                reserved_out.append(stats.current("reserved_bytes"))
-                allocated_out.append(stats.current("allocated_bytes"))
+        limit = (1 << 127) if bound is None else bound
+        peak = self.peak_allocated
+        rising = False  # allocations since the last request set a new allocated peak
+        ops = self.trace.ops
+        step = _PROGRESS_STEP
+        i = 0
+        try:
+            for start in range(0, len(ops), step):
+                for op in ops[start : start + step]:
+                    code = op[0]
+                    if code == _ALLOC:
+                        ptrs[op[1]] = malloc(op[2] or 1, op[3])
+                        rising = True
+                    else:
+                        if rising:
+                            rising = False
+                            allocated = allocated_now()
+                            if allocated > peak:
+                                self._note_peak(allocated)
+                                peak = allocated
+                        if code == _FREE:
+                            ptr = ptrs.pop(op[1], None)
+                            if ptr is not None:
+                                free(ptr)
+                        elif code == _FREE_PENDING:
+                            self._free_pending(op[1])
+                        elif code == _COMPLETE:
+                            stream = held.pop(op[1], None)
+                            if stream is not None:
+                                driver.release(stream)
+                                del ptrs[op[1]]
+                            elif op[1] in ptrs:  # its free was requested before the trace
+                                free(ptrs.pop(op[1]))
+                        else:
+                            allocator.empty_cache()
+                    if allocator.total_allocated_memory > limit:
+                        raise Pruned(allocator.total_allocated_memory, op[4])
+                    if timeline:
+                        reserved_out.append(allocator.total_allocated_memory)
+                        allocated_out.append(allocated_now())
+                    i += 1
+                if progress is not None:
+                    progress(min(step, len(ops) - start))
+        except OutOfMemoryError:
+            if rising:
+                self._note_peak(allocated_now())
+            return True, ops[i][4]
+        if rising:
+            self._note_peak(allocated_now())
         return False, None
 
+    def _free_pending(self, addr: int) -> None:
+        """A free whose free_completed comes later: held on a stream of its own until then
+        (record_stream), or returned at once with a use recorded there (record_use)."""
+        ptr = self.ptrs.get(addr)
+        if ptr is None:
+            return
+        stream = self._next_held
+        self._next_held -= 1
+        if self.record_use:
+            self.allocator.record_use(ptr, stream)
+            del self.ptrs[addr]
+        else:
+            self.driver.hold(stream)
+            self.allocator.record_stream(ptr, stream)
+            self.held[addr] = stream
+        self.allocator.free(ptr)
 
-def _pending_frees(entries: list[dict]) -> set[int]:
-    """Indices of free_requested events whose free_completed is not the next event."""
-    out = set()
+
+# the codes of compiled requests (_compile)
+_ALLOC, _FREE, _FREE_PENDING, _COMPLETE, _CLEAR = range(5)
+
+
+def _compile(trace: _Trace) -> list[tuple[int, int, int, int, int]]:
+    """The trace's requests as (code, addr, size, stream, entry index) tuples, once for
+    every configuration: a free_requested whose free_completed follows at once is one
+    ``_FREE``; one whose completion comes later is ``_FREE_PENDING`` and its completion
+    ``_COMPLETE``; each run of segment_free / segment_unmap is one ``_CLEAR``."""
+    entries = trace.entries
+    clears = trace.cache_clears
+    ops: list[tuple[int, int, int, int, int]] = []
+    append = ops.append
+    skip = -1
+    last = len(entries) - 1
     for i, e in enumerate(entries):
-        if e["action"] != "free_requested":
+        if i == skip:
             continue
-        nxt = entries[i + 1] if i + 1 < len(entries) else None
-        if nxt is None or nxt["action"] != "free_completed" or nxt["addr"] != e["addr"]:
-            out.add(i)
-    return out
+        action = e["action"]
+        if action == "alloc":
+            append((_ALLOC, e["addr"], e["size"], e.get("stream", 0), i))
+        elif action == "free_requested":
+            addr = e["addr"]
+            nxt = entries[i + 1] if i < last else None
+            if nxt is not None and nxt["action"] == "free_completed" and nxt["addr"] == addr:
+                append((_FREE, addr, 0, 0, i))
+                skip = i + 1
+            else:
+                append((_FREE_PENDING, addr, 0, 0, i))
+        elif action == "free_completed":
+            append((_COMPLETE, e["addr"], 0, 0, i))
+        elif i in clears:
+            append((_CLEAR, 0, 0, 0, i))
+    return ops
+
+
+def live_peak(trace: _Trace) -> int:
+    """The lower bound of any setting's peak reserved: the peak of the bytes the program
+    holds (from alloc to free_requested, each request rounded up to 512 B), what was live
+    before the trace included."""
+    live = {addr: -(-max(size, 1) // 512) * 512 for addr, size, _ in trace.pre_allocs}
+    now = peak = sum(live.values())
+    for code, addr, size, _, _ in trace.ops:
+        if code == _ALLOC:
+            block = -(-max(size, 1) // 512) * 512
+            old = live.get(addr)
+            if old is not None:
+                now -= old
+            live[addr] = block
+            now += block
+            if now > peak:
+                peak = now
+        elif code == _FREE or code == _FREE_PENDING or code == _COMPLETE:
+            old = live.pop(addr, None)
+            if old is not None:
+                now -= old
+    return peak
+
+
+def _device_capacity(trace: _Trace, capacity: int | None) -> int:
+    """The replay device's memory: ``capacity``, or big enough for any configuration."""
+    if capacity is not None:
+        return capacity
+    recorded_total = sum(size for _, size in trace.recorded_segments)
+    return max(_DEFAULT_CAPACITY, 4 * recorded_total)
 
 
 def _replay_one(
@@ -506,38 +662,44 @@ def _replay_one(
     capacity: int | None,
     record_use: bool,
     progress: Callable[[int], None] | None = None,
+    timeline: bool = False,
+    bound: int | None = None,
 ) -> _Run:
+    """Replay ``trace`` under ``text`` (on top of its recorded settings); its result row.
+    Raises ``Pruned`` when ``bound`` is given and the replay reserves more than that."""
     recorded = settings_to_config(trace.settings)
-    own, use = _split_config(text)
+    own, use, fraction = _split_config(text)
     try:
         config = parse_config(own, parse_config(recorded))
     except ValueError as exc:
         raise ValueError(f"config {text!r}: {exc}") from None
-    if capacity is None:  # big enough for any configuration of this trace
-        recorded_total = sum(size for _, size in trace.recorded_segments)
-        device = max(_DEFAULT_CAPACITY, 4 * recorded_total)
-    else:
-        device = capacity
     use = use or record_use
-    replayer = _Replayer(trace, config, device, use)
+    replayer = _Replayer(trace, config, _device_capacity(trace, capacity), use, fraction)
     replayer.setup()
-    oom, oom_at = replayer.run(progress)
+    oom, oom_at = replayer.run(progress, timeline, bound)
     stats = replayer.allocator.stats
-    sizes = replayer.record.sizes
+    sizes = replayer.segments.sizes
     peak_allocated = stats.peak("allocated_bytes")
+    peak_reserved = stats.peak("reserved_bytes")
     at_peak = replayer.reserved_at_peak
-    use_text = "record_use:True" if use else ""
+    unallocated = at_peak - replayer.peak_allocated
+    own_text = ["record_use:True"] if use else []
+    if fraction is not None:
+        own_text.append(f"memory_fraction:{fraction}")
     row = {
         "config": text or ("recorded, record_use" if record_use else "recorded"),
-        "settings": ",".join(filter(None, [settings_to_config(config.settings()), use_text])),
+        "settings": ",".join(filter(None, [settings_to_config(config.settings()), *own_text])),
         "device_malloc": stats.num_device_alloc,
         "device_free": stats.num_device_free,
         "segment_sizes": sizes,
-        "peak_reserved": stats.peak("reserved_bytes"),
+        "peak_reserved": peak_reserved,
         "peak_allocated": peak_allocated,
+        "peak_ratio": round(peak_reserved / peak_allocated, 4) if peak_allocated else None,
         "reserved_at_peak": at_peak,
-        "ratio": round(at_peak / peak_allocated, 4) if peak_allocated else None,
         "largest_free_at_peak": replayer.largest_free_at_peak,
+        "fragmentation_at_peak": (
+            round(1 - replayer.largest_free_at_peak / unallocated, 4) if unallocated > 0 else 0.0
+        ),
         "capacity": capacity,
         "oom": oom,
         "oom_at": oom_at,
@@ -553,6 +715,7 @@ def _runs(
     capacity: int | None,
     record_use: bool,
     device: int | None,
+    timeline: bool = False,
 ) -> list[_Run]:
     snapshot = load_snapshot(trace)
     parsed = _read_trace(snapshot, device)
@@ -560,8 +723,10 @@ def _runs(
         raise ValueError(f"capacity: must be positive, got {capacity}")
     texts = configs or [""]
     name = Path(trace).name if isinstance(trace, (str, Path)) else "the trace"
-    with progress(f"replaying {name}", len(parsed.entries) * len(texts)) as advance:
-        return [_replay_one(parsed, text, capacity, record_use, advance) for text in texts]
+    with progress(f"replaying {name}", len(parsed.ops) * len(texts)) as advance:
+        return [
+            _replay_one(parsed, text, capacity, record_use, advance, timeline) for text in texts
+        ]
 
 
 def replay(
@@ -600,9 +765,10 @@ def _table(rows: list[dict], title: str) -> Any:
         "device mallocs",
         "peak reserved",
         "peak allocated",
-        "reserved at peak",
-        "reserved / allocated",
-        "largest free at peak",
+        "peak reserved / peak allocated",
+        "reserved at allocated peak",
+        "largest free there",
+        "fragmentation there",
         "OOM",
         "matches trace",
     ):
@@ -617,9 +783,10 @@ def _table(rows: list[dict], title: str) -> Any:
             str(row["device_malloc"]),
             _fmt(row["peak_reserved"]),
             _fmt(row["peak_allocated"]),
+            "-" if row["peak_ratio"] is None else f"{row['peak_ratio']:.3f}",
             _fmt(row["reserved_at_peak"]),
-            "-" if row["ratio"] is None else f"{row['ratio']:.3f}",
             _fmt(row["largest_free_at_peak"]),
+            f"{row['fragmentation_at_peak']:.1%}",
             oom,
             "yes" if row["matches_recorded"] else "no",
         )
@@ -718,7 +885,9 @@ def main_replay(argv: list[str] | None = None) -> int:
         capacity = None if args.capacity is None else parse_bytes(args.capacity, "--capacity")
         html_out = None if args.html is None else check_output_path(args.html, "--html")
         configs = [""] + [c for c in args.config if c != ""]
-        runs = _runs(args.trace, configs, capacity, args.record_use, args.device)
+        runs = _runs(
+            args.trace, configs, capacity, args.record_use, args.device, html_out is not None
+        )
     except (OSError, ValueError) as exc:
         print(f"vram replay: error: {describe_error(exc)}", file=sys.stderr)
         return 2
