@@ -4,8 +4,8 @@ One run on one device times, at 512 B, 64 KiB, 4 MiB and 64 MiB:
 - vram: ``caching_allocator_alloc`` / ``caching_allocator_delete``, and ``vram.empty`` + del;
 - PyTorch: ``torch.cuda.caching_allocator_alloc`` / ``caching_allocator_delete``, and
   ``torch.empty`` + del;
-- both raw pairs again with one buffer kept live (allocate the next, free the previous),
-  which keeps vram off its claim fast path (Note [Claims]) and on split and merge;
+- both raw pairs again with one buffer kept live (allocate the next, free the previous), so
+  that each pair splits a free block and merges it back;
 - CuPy: ``cupy.cuda.MemoryPool().malloc`` + del;
 - the CUDA driver's stream-ordered pool: ``cuMemAllocAsync`` / ``cuMemFreeAsync`` on a
   created stream (the device's default pool, release threshold at its maximum).
@@ -82,11 +82,8 @@ def _vram_raw(device: vram.Device) -> dict[int, Pair]:
 
 
 def _one_live(alloc: Callable[[int], int], delete: Callable[[int], None]) -> dict[int, Pair]:
-    """Pairs that keep one buffer live: allocate a new one, then free the previous one.
-
-    The freed block is never the one just allocated, so vram's claims (Note [Claims])
-    never apply: every pair takes the general split-and-merge path.
-    """
+    """Pairs that keep one buffer live: allocate a new one, then free the previous one (the
+    freed block is never the one just allocated)."""
 
     def make(size: int) -> Pair:
         held = [alloc(size)]
@@ -252,6 +249,33 @@ def run(device: vram.Device, pairs: int, repeats: int) -> tuple[list[dict], list
     return rows, skipped
 
 
+READERS = 20_000  # calls per timed run of a stats reader
+
+
+def time_readers(device: vram.Device, repeats: int) -> list[dict]:
+    """µs per call of memory_allocated() and memory_stats(), after the pairs above (over a
+    million allocator operations), vram's and PyTorch's."""
+    readers = [
+        ("vram memory_allocated()", lambda: vram.memory.memory_allocated(device)),
+        ("vram memory_stats()", lambda: vram.memory.memory_stats(device)),
+    ]
+    try:
+        torch = _torch(device)
+    except _Skip:
+        torch = None
+    if torch is not None:
+        readers += [
+            ("torch.cuda.memory_allocated()", lambda: torch.cuda.memory_allocated(device.index)),
+            ("torch.cuda.memory_stats()", lambda: torch.cuda.memory_stats(device.index)),
+        ]
+    rows = []
+    for name, call in readers:
+        runs = _time_pairs(call, READERS, repeats)
+        rows.append({"impl": name, "us_per_call": round(statistics.median(runs), 4)})
+        print(f"{name:<52} {rows[-1]['us_per_call']:8.3f} us/call", file=sys.stderr)
+    return rows
+
+
 def table(rows: list[dict]) -> str:
     """The rows as a text table: one line per implementation, one column per size."""
     sizes = sorted({r["size"] for r in rows})
@@ -276,9 +300,12 @@ def main(argv: list[str] | None = None) -> int:
     device = vram.default_device() if options.device is None else vram.device(options.device)
     vram.set_device(device)
     rows, skipped = run(device, options.pairs, options.repeats)
-    results = write_results("alloc", device, rows, options.out, options.save)
+    readers = time_readers(device, options.repeats)
+    results = write_results("alloc", device, rows + readers, options.out, options.save)
     print(f"\nalloc benchmark on {device} ({device_name(device)})")
     print(table(rows))
+    for row in readers:
+        print(f"{row['impl']:<52} {row['us_per_call']:10.3f} us per call")
     for skip in skipped:
         print(f"skipped: {skip['impl']}: {skip['reason']}")
     for path in results:

@@ -284,7 +284,7 @@ def record(workload: str, setting: str, out: Path) -> dict:
         "workload": workload,
         "setting": setting,
         "PYTORCH_CUDA_ALLOC_CONF": expected,
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # (a TorchVersion: a torch class to unpickle)
         "cuda": torch.version.cuda,
         "device_name": torch.cuda.get_device_name(),
         "seconds": round(seconds, 2),
@@ -295,7 +295,7 @@ def record(workload: str, setting: str, out: Path) -> dict:
 
 # ========================================================= the parent: all recordings
 def _record_in_child(workload: str, setting: str, out: Path) -> tuple[str, dict | str]:
-    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=SETTINGS[setting])
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=SETTINGS[setting], PYTHONHASHSEED="0")
     for other in ("PYTORCH_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING"):  # they would win
         env.pop(other, None)
     command = [sys.executable, __file__, "--child", workload, setting, "--out", str(out)]

@@ -128,12 +128,14 @@ def test_never_recorded_event():
     s.synchronize()
 
 
-def test_priority_is_clamped_to_the_device_range():
+def test_priority_is_clamped_to_the_pooled_levels():
+    """PyTorch's stream pool: priority 0 down to -3 at most (the H100 offers 0 to -5)."""
     least, greatest = get_driver("cuda").stream_priority_range(0)
     assert greatest < least
-    assert vram.Stream(priority=-100).priority == greatest
+    highest = max(greatest, least - 3)
+    assert vram.Stream(priority=-100).priority == highest
     assert vram.Stream(priority=100).priority == least
-    assert vram.Stream(priority=greatest).priority == greatest
+    assert vram.Stream(priority=-1).priority == -1
 
 
 def test_current_default_and_set_stream():
