@@ -13,10 +13,13 @@ allocations, of the same sizes, in order), which the result reports as
 Rules of the replay:
 - Settings: the trace's ``allocator_settings`` are turned back into a VRAM_ALLOC_CONF
   string; each configuration is applied on top of them ("" is the recorded settings).
-  ``record_use:True`` in a configuration replays pending frees with record_use.
+  ``record_use:True`` in a configuration replays pending frees with record_use, and
+  ``memory_limit:SIZE`` sets a memory fraction allowing SIZE bytes before the run.
 - Addresses: the replay device hands out the addresses the trace recorded for segments of
   the same size, in order, so that best fit breaks ties between equal free blocks as it did.
-  Memory is counted, never backed: the replay touches no data.
+  Other segments get addresses below the recorded ones, each lower than the last, as
+  CUDA's driver places new allocations (Note [Replay addresses]). Memory is counted, never
+  backed: the replay touches no data.
 - A free whose free_completed comes later (the block waited on record_stream events) is
   held on a stream of its own until the trace completes it; with record_use it returns to
   the pool at once and the next owner's stream waits instead.
@@ -72,6 +75,8 @@ __all__ = [
 _MB = 1 << 20
 _DEFAULT_CAPACITY = 80 << 30  # bytes; at least this without --capacity (an H100's memory)
 _SYNTHETIC_GAP = 1 << 40  # bytes between the recorded addresses and the replay's own
+_SYNTHETIC_FLOOR = 1 << 32  # the replay's own addresses stay above this (never near 0)
+_MAX_RESERVE = 1 << 46  # bytes: room below the first address when nothing was recorded
 _ALIGN = 2 << 20  # bytes; alignment of addresses the replay makes up
 _REQUESTS = ("alloc", "free_requested", "free_completed", "segment_free", "segment_unmap")
 _RELEASES = ("segment_free", "segment_unmap")  # a run of these: cached memory given back
@@ -112,9 +117,20 @@ class ReplayDriver(SimDriver):
     """A simulated device that counts memory without backing it.
 
     ``malloc`` hands out the recorded segment addresses of the same size, in order, while
-    their range is free; other sizes get addresses far above the recorded ones. Events
-    complete at once except those recorded on held streams, which complete when the
-    replay releases the stream (the trace's free_completed).
+    their range is free; other sizes get addresses below the recorded ones, going down
+    (above them when the recorded addresses are too low to leave room). Events complete at
+    once except those recorded on held streams, which complete when the replay releases
+    the stream (the trace's free_completed).
+
+    Note [Replay addresses]
+    Best fit breaks ties between free blocks of one size by address, so where new segments
+    land decides which of them a request splits. On an H100 CUDA hands each new allocation
+    a lower address than the one before (the traces in tests/data/traces show it), so the
+    newest segment's block wins a tie. Placing the replay's own segments below the recorded
+    ones, each lower than the last, reproduces that: a replay of a workload's default trace
+    under each other setting then makes exactly the decisions PyTorch made under it
+    (bench/predictions.py); addresses growing upward do not (gpt_train under
+    max_split_size_mb:64 reserved 1.4% less).
     """
 
     def __init__(self, capacity: int, recorded: list[tuple[int, int]]) -> None:
@@ -122,11 +138,14 @@ class ReplayDriver(SimDriver):
         self.capacity = capacity
         self.used = 0  # bytes of malloc and vmm_create live
         self._recorded: dict[int, deque[int]] = {}  # size -> recorded addresses, in order
-        top = 0
+        top, low = 0, None
         for addr, size in recorded:
             self._recorded.setdefault(size, deque()).append(addr)
             top = max(top, addr + size)
-        self._next_va = -(-(top + _SYNTHETIC_GAP) // _ALIGN) * _ALIGN
+            low = addr if low is None else min(low, addr)
+        start = _SYNTHETIC_GAP + 2 * _MAX_RESERVE if low is None else low - _SYNTHETIC_GAP
+        self._down = start // _ALIGN * _ALIGN  # the next address the replay's own take, down
+        self._up = -(-(top + _SYNTHETIC_GAP) // _ALIGN) * _ALIGN  # when below is used up
         self._starts: list[int] = []  # sorted starts of live mallocs
         self._sizes: dict[int, int] = {}  # live malloc start -> size
         self._vmm: dict[int, int] = {}  # physical handle -> size
@@ -154,8 +173,13 @@ class ReplayDriver(SimDriver):
         return addr in self._sizes
 
     def _take_va(self, size: int) -> int:
-        addr = self._next_va
-        self._next_va += -(-size // _ALIGN) * _ALIGN
+        """Address space for the replay's own segment (Note [Replay addresses])."""
+        step = -(-size // _ALIGN) * _ALIGN
+        if self._down - step >= _SYNTHETIC_FLOOR:
+            self._down -= step
+            return self._down
+        addr = self._up
+        self._up += step
         return addr
 
     def malloc(self, device: int, size: int) -> int:
@@ -374,15 +398,13 @@ class _Run:
     allocated: list[int]
 
 
-_OWN_KEYS = ("record_use", "memory_fraction")  # replay's own keys, not allocator settings
-
-
-def _split_config(text: str) -> tuple[str, bool, float | None]:
+def _split_config(text: str) -> tuple[str, bool, int | None]:
     """Take vram replay's own keys out of a config string: ``record_use:True`` (pending
-    frees replayed with record_use) and ``memory_fraction:F`` (set_per_process_memory_fraction
-    (F) on the replay device before the run, as a program calls it: garbage collection
-    needs it). Returns (allocator settings, record_use, fraction or None)."""
-    kept, record_use, fraction = [], False, None
+    frees replayed with record_use) and ``memory_limit:SIZE`` (a memory fraction that allows
+    SIZE bytes, e.g. 6GiB, set on the replay device before the run as a program would call
+    set_per_process_memory_fraction: garbage collection needs one). Returns (allocator
+    settings, record_use, the limit in bytes or None)."""
+    kept, record_use, limit = [], False, None
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, _, value = part.partition(":")
         key, value = key.strip(), value.strip()
@@ -390,16 +412,13 @@ def _split_config(text: str) -> tuple[str, bool, float | None]:
             if value not in ("True", "False"):
                 raise ValueError(f"record_use: expected True or False, got {value!r}")
             record_use = value == "True"
-        elif key == "memory_fraction":
-            try:
-                fraction = float(value)
-            except ValueError:
-                fraction = -1.0
-            if not 0.0 < fraction <= 1.0:
-                raise ValueError(f"memory_fraction: expected a number in (0, 1], got {value!r}")
+        elif key == "memory_limit":
+            limit = parse_bytes(value, "memory_limit")
+            if limit <= 0:
+                raise ValueError(f"memory_limit: must be positive, got {value!r}")
         else:
             kept.append(part)
-    return ",".join(kept), record_use, fraction
+    return ",".join(kept), record_use, limit
 
 
 def _largest_free(allocator: DeviceCachingAllocator) -> int:
@@ -453,15 +472,15 @@ class _Replayer:
         config: AllocatorConfig,
         capacity: int,
         record_use: bool,
-        fraction: float | None = None,
+        limit: int | None = None,
     ):
         self.trace = trace
         self.record_use = record_use
         pre = [(addr, size) for addr, size, _, _ in trace.pre_segments]
         self.driver = ReplayDriver(capacity, pre + trace.recorded_segments)
         allocator = DeviceCachingAllocator(Device("sim", 0), config, driver=self.driver)
-        if fraction is not None:
-            allocator.set_memory_fraction(fraction)
+        if limit is not None:
+            allocator.set_memory_fraction(min(limit / capacity, 1.0))
         self.segments = _SegmentSizes(allocator._account)
         allocator.device_malloc.on_reserve = self.segments
         allocator.expandable.on_reserve = self.segments
@@ -488,6 +507,7 @@ class _Replayer:
                 fills.append(allocator.malloc(size, stream))
         for ptr in fills:
             allocator.free(ptr)
+        allocator.reset_peak()  # the fills were never the program's: peaks start here
         self._note_peak(_allocated_reader(allocator)())
 
     def _note_peak(self, allocated: int) -> None:
@@ -668,15 +688,19 @@ def _replay_one(
     """Replay ``trace`` under ``text`` (on top of its recorded settings); its result row.
     Raises ``Pruned`` when ``bound`` is given and the replay reserves more than that."""
     recorded = settings_to_config(trace.settings)
-    own, use, fraction = _split_config(text)
+    own, use, limit = _split_config(text)
     try:
         config = parse_config(own, parse_config(recorded))
     except ValueError as exc:
         raise ValueError(f"config {text!r}: {exc}") from None
     use = use or record_use
-    replayer = _Replayer(trace, config, _device_capacity(trace, capacity), use, fraction)
-    replayer.setup()
-    oom, oom_at = replayer.run(progress, timeline, bound)
+    replayer = _Replayer(trace, config, _device_capacity(trace, capacity), use, limit)
+    try:
+        replayer.setup()
+    except OutOfMemoryError:  # what was live before the trace does not fit
+        oom, oom_at = True, 0
+    else:
+        oom, oom_at = replayer.run(progress, timeline, bound)
     stats = replayer.allocator.stats
     sizes = replayer.segments.sizes
     peak_allocated = stats.peak("allocated_bytes")
@@ -684,8 +708,8 @@ def _replay_one(
     at_peak = replayer.reserved_at_peak
     unallocated = at_peak - replayer.peak_allocated
     own_text = ["record_use:True"] if use else []
-    if fraction is not None:
-        own_text.append(f"memory_fraction:{fraction}")
+    if limit is not None:
+        own_text.append(f"memory_limit:{limit}")
     row = {
         "config": text or ("recorded, record_use" if record_use else "recorded"),
         "settings": ",".join(filter(None, [settings_to_config(config.settings()), *own_text])),
@@ -860,7 +884,8 @@ svg text {{ font-size: 10px; fill: #444; }}
 
 # ================================================================================ CLI
 def main_replay(argv: list[str] | None = None) -> int:
-    """``vram replay TRACE [--config STR ...] [--capacity BYTES] [--json] [--html OUT]``."""
+    """``vram replay TRACE [--config STR ...] [--capacity BYTES] [--json] [--html OUT]``, or
+    ``vram replay TRACE --suggest [--capacity BYTES] [--json] [--jobs N]``."""
     parser = argparse.ArgumentParser(
         prog="vram replay",
         description="Replay a PyTorch or vram memory trace through vram's allocator.",
@@ -880,7 +905,31 @@ def main_replay(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--html", metavar="OUT", help="write the timelines to an HTML file")
+    parser.add_argument(
+        "--suggest",
+        action="store_true",
+        help="search the settings that matter and rank them by peak reserved",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="--suggest: worker processes (default: CPUs)"
+    )
     args = parser.parse_args(argv)
+    if args.suggest:
+        if args.config or args.html or args.record_use:
+            print(
+                "vram replay: error: --suggest chooses the settings itself; "
+                "it takes no --config, --record-use or --html",
+                file=sys.stderr,
+            )
+            return 2
+        from .suggest import main_suggest
+
+        try:
+            capacity = None if args.capacity is None else parse_bytes(args.capacity, "--capacity")
+        except ValueError as exc:
+            print(f"vram replay: error: {describe_error(exc)}", file=sys.stderr)
+            return 2
+        return main_suggest(args.trace, capacity, args.json, args.device, args.jobs)
     try:
         capacity = None if args.capacity is None else parse_bytes(args.capacity, "--capacity")
         html_out = None if args.html is None else check_output_path(args.html, "--html")
