@@ -2,7 +2,8 @@
 stream-aware caching allocator, on real NVIDIA GPUs (``cuda:N``) and a simulated GPU
 (``sim:N``) that runs everywhere."""
 
-from . import backends, blas, cuda, linalg, memory, nn, ops, optim, sim  # fill the dispatch table
+# the subpackages: importing them fills the dispatch table
+from . import backends, blas, cuda, graphs, linalg, memory, nn, ops, optim, sim
 from ._device import (
     Device,
     current_device,
@@ -49,6 +50,13 @@ from ._streams import (
 )
 from ._tensor import Tensor
 from .blas import addmm, baddbmm, bmm, matmul, mm
+from .graphs import (
+    CUDAGraph,
+    graph,
+    graph_pool_handle,
+    is_current_stream_capturing,
+    make_graphed_callables,
+)
 from .memory import (
     MemPool,
     caching_allocator_alloc,

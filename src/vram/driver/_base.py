@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Driver", "DeviceProperties", "KernelArg"]
+__all__ = ["Driver", "DeviceProperties", "KernelArg", "CaptureInfo", "CAPTURE_MODES"]
 
 KernelArg = Any  # an int pointer, a NumPy scalar (np.int64(3), np.float32(1.0)), ...
 
@@ -48,6 +48,19 @@ class DeviceProperties:
     @property
     def L2_cache_size(self) -> int:  # noqa: N802 - PyTorch's spelling
         return self.l2_cache_size
+
+
+CAPTURE_MODES = ("global", "thread_local", "relaxed")  # cuStreamBeginCapture's modes
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureInfo:
+    """What ``stream_capture_info`` says of a stream (cuStreamGetCaptureInfo)."""
+
+    status: str  # "none", "active" or "invalidated" (an illegal call ended its usefulness)
+    id: int = 0  # the capture sequence's id, unique in the process; 0 when not capturing
+    graph: int = 0  # the graph being captured into (a handle for graph_* calls)
+    dependencies: tuple[int, ...] = ()  # graph nodes the next captured work will depend on
 
 
 class Driver(ABC):
@@ -235,3 +248,52 @@ class Driver(ABC):
     ) -> None:
         """Launch a compiled kernel on ``stream``."""
         raise NotImplementedError(f"the {self.kind} driver does not launch CUDA kernels")
+
+    # ---- graphs: stream capture and replay -----------------------------------------
+    # Work queued on a capturing stream is recorded into a graph instead of running; an
+    # instantiated graph (a "graph exec") is launched on any stream as one piece of work.
+    # Calls that conflict with a capture fail with CUDA's capture errors (named in each
+    # implementation's docstring) and invalidate the capture.
+    def stream_begin_capture(self, stream: int, mode: str = "global") -> None:
+        """cuStreamBeginCapture: record work queued on ``stream`` from now on. ``mode`` (one
+        of CAPTURE_MODES) says which other calls the capture forbids while it lasts."""
+        raise NotImplementedError(f"the {self.kind} driver does not capture graphs")
+
+    def stream_end_capture(self, stream: int) -> int:
+        """cuStreamEndCapture: end the capture begun on ``stream``; the captured graph."""
+        raise NotImplementedError(f"the {self.kind} driver does not capture graphs")
+
+    def stream_capture_info(self, stream: int) -> CaptureInfo:
+        """cuStreamGetCaptureInfo: whether ``stream`` is capturing, into which capture."""
+        raise NotImplementedError(f"the {self.kind} driver does not capture graphs")
+
+    def thread_exchange_capture_mode(self, mode: str) -> str:
+        """cuThreadExchangeStreamCaptureMode: set this thread's capture interaction mode
+        (which calls a capture forbids it to make); returns the previous one."""
+        raise NotImplementedError(f"the {self.kind} driver does not capture graphs")
+
+    def graph_node_count(self, graph: int) -> int:
+        """cuGraphGetNodes: how many nodes the graph holds."""
+        raise NotImplementedError(f"the {self.kind} driver does not capture graphs")
+
+    def graph_node_dependencies(self, node: int) -> tuple[int, ...]:
+        """cuGraphNodeGetDependencies: the nodes ``node`` depends on."""
+        raise NotImplementedError(f"the {self.kind} driver does not capture graphs")
+
+    def graph_instantiate(self, graph: int) -> int:
+        """cuGraphInstantiate: an executable graph, launched with ``graph_launch``."""
+        raise NotImplementedError(f"the {self.kind} driver does not capture graphs")
+
+    def graph_launch(self, graph_exec: int, stream: int) -> None:
+        """cuGraphLaunch: queue the whole graph on ``stream`` (any stream of its device)."""
+        raise NotImplementedError(f"the {self.kind} driver does not capture graphs")
+
+    def graph_exec_destroy(self, graph_exec: int) -> None:
+        raise NotImplementedError(f"the {self.kind} driver does not capture graphs")
+
+    def graph_destroy(self, graph: int) -> None:
+        raise NotImplementedError(f"the {self.kind} driver does not capture graphs")
+
+    def graph_debug_dot_print(self, graph: int, path: str) -> None:
+        """cuGraphDebugDotPrint: write the graph to ``path`` in Graphviz's DOT language."""
+        raise NotImplementedError(f"the {self.kind} driver does not capture graphs")

@@ -38,7 +38,7 @@ import numpy as np
 from cuda.bindings import driver as cu
 
 from .._errors import CudaError
-from ._base import DeviceProperties, Driver, KernelArg
+from ._base import CaptureInfo, DeviceProperties, Driver, KernelArg
 from ._nvrtc import arch_for, compile_program
 
 __all__ = ["CudaDriver", "CudaKernel"]
@@ -48,6 +48,20 @@ _NOT_READY = cu.CUresult.CUDA_ERROR_NOT_READY
 _DEINITIALIZED = cu.CUresult.CUDA_ERROR_DEINITIALIZED  # the driver is gone (interpreter exit)
 _NAME_LENGTH = 256  # bytes for cuDeviceGetName
 _LEGACY_STREAM = 0  # the context's legacy default stream (cudaStreamLegacy behaviour)
+_CAPTURE_MODES = {  # vram's names of cuStreamBeginCapture's modes
+    "global": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL,
+    "thread_local": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    "relaxed": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED,
+}
+_CAPTURE_STATUS = {
+    int(cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE): "none",
+    int(cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE): "active",
+    int(cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_INVALIDATED): "invalidated",
+}
+# PyTorch's instantiation flags (CUDAGraph::instantiate)
+_INSTANTIATE_FLAGS = int(
+    cu.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
+) | int(cu.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY)
 
 
 def _describe(err: cu.CUresult) -> str:
@@ -167,6 +181,8 @@ class CudaDriver(Driver):
         self._streams: dict[int, _Handle] = {}
         self._events: dict[int, _Handle] = {}
         self._kernels: dict[tuple[int, str, str], CudaKernel] = {}
+        self._graphs: dict[int, _Handle] = {}  # captured CUgraphs
+        self._graph_execs: dict[int, _Handle] = {}  # instantiated CUgraphExecs
 
     # ---- contexts ------------------------------------------------------------------
     def _device(self, device: int) -> cu.CUdevice:
@@ -545,3 +561,87 @@ class CudaDriver(Driver):
             kernel.function, *_dim3(grid), *_dim3(block), shared_mem, hstream, params, 0
         )
         _check("cuLaunchKernel", result)
+
+    # ---- graphs: stream capture and replay -----------------------------------------
+    def stream_begin_capture(self, stream: int, mode: str = "global") -> None:
+        flag = _capture_mode(mode)
+        hstream = self._stream(stream)
+        _check("cuStreamBeginCapture", cu.cuStreamBeginCapture(hstream, flag))
+
+    def stream_end_capture(self, stream: int) -> int:
+        device = self.stream_device(stream)
+        graph = _check("cuStreamEndCapture", cu.cuStreamEndCapture(self._stream(stream)))
+        self._graphs[int(graph)] = _Handle(graph, device)
+        return int(graph)
+
+    def stream_capture_info(self, stream: int) -> CaptureInfo:
+        """The capture ``stream`` takes part in (only its status unless it is active)."""
+        values = _check("cuStreamGetCaptureInfo", cu.cuStreamGetCaptureInfo(self._stream(stream)))
+        status = _CAPTURE_STATUS[int(values[0])]
+        if status != "active":
+            return CaptureInfo(status)
+        count = int(values[-1])
+        deps = tuple(int(node) for node in list(values[3])[:count])
+        return CaptureInfo(status, int(values[1]), int(values[2]), deps)
+
+    def thread_exchange_capture_mode(self, mode: str) -> str:
+        result = cu.cuThreadExchangeStreamCaptureMode(_capture_mode(mode))
+        previous = int(_check("cuThreadExchangeStreamCaptureMode", result))
+        return next(name for name, value in _CAPTURE_MODES.items() if int(value) == previous)
+
+    def _graph(self, graph: int) -> Any:
+        handle = self._graphs.get(graph)
+        if handle is None:
+            raise ValueError(f"graph {graph:#x} was not captured by this driver or was destroyed")
+        self._use(handle.device)
+        return handle.obj
+
+    def graph_node_count(self, graph: int) -> int:
+        return int(_check("cuGraphGetNodes", cu.cuGraphGetNodes(self._graph(graph), 0))[-1])
+
+    def graph_node_dependencies(self, node: int) -> tuple[int, ...]:
+        hnode = cu.CUgraphNode(node)
+        call = "cuGraphNodeGetDependencies"
+        count = int(_check(call, cu.cuGraphNodeGetDependencies(hnode, 0))[-1])
+        if count == 0:
+            return ()
+        values = _check(call, cu.cuGraphNodeGetDependencies(hnode, count))
+        return tuple(int(dep) for dep in list(values[0])[:count])
+
+    def graph_instantiate(self, graph: int) -> int:
+        hgraph = self._graph(graph)
+        result = cu.cuGraphInstantiate(hgraph, _INSTANTIATE_FLAGS)
+        graph_exec = _check("cuGraphInstantiate", result)
+        self._graph_execs[int(graph_exec)] = _Handle(graph_exec, self._graphs[graph].device)
+        return int(graph_exec)
+
+    def graph_launch(self, graph_exec: int, stream: int) -> None:
+        """Queue the executable graph on ``stream``: one cuGraphLaunch."""
+        handle = self._graph_execs.get(graph_exec)
+        if handle is None:
+            raise ValueError(f"graph exec {graph_exec:#x} was not made by this driver")
+        result = cu.cuGraphLaunch(handle.obj, self._stream(stream, handle.device))
+        if result[0] != _SUCCESS:
+            _check("cuGraphLaunch", result)
+
+    def graph_exec_destroy(self, graph_exec: int) -> None:
+        handle = self._graph_execs.pop(graph_exec)
+        self._use(handle.device)
+        _check_teardown("cuGraphExecDestroy", cu.cuGraphExecDestroy(handle.obj))
+
+    def graph_destroy(self, graph: int) -> None:
+        hgraph = self._graph(graph)
+        del self._graphs[graph]
+        _check_teardown("cuGraphDestroy", cu.cuGraphDestroy(hgraph))
+
+    def graph_debug_dot_print(self, graph: int, path: str) -> None:
+        flags = int(cu.CUgraphDebugDot_flags.CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE)
+        result = cu.cuGraphDebugDotPrint(self._graph(graph), str(path).encode(), flags)
+        _check("cuGraphDebugDotPrint", result)
+
+
+def _capture_mode(mode: str) -> Any:
+    flag = _CAPTURE_MODES.get(mode)
+    if flag is None:
+        raise ValueError(f"mode: expected one of {', '.join(_CAPTURE_MODES)}, got {mode!r}")
+    return flag

@@ -35,11 +35,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from .._errors import CudaError, DeferredCudaError
 from ._base import DeviceProperties, Driver
+from ._simgraph import SimGraphs
 
 __all__ = ["SimDriver", "parse_bytes", "check_capacity", "MAX_DEVICES", "MAX_CAPACITY"]
 
@@ -181,6 +183,7 @@ class _Stream:
     device: int
     priority: int
     queue: deque = field(default_factory=deque)  # items: ("run", fn) | ("mark", m) | ("wait", m)
+    capture: Any = None  # the capture sequence its work is recorded into (_simgraph), or None
 
 
 @dataclass(slots=True, eq=False)
@@ -189,6 +192,7 @@ class _Event:
     device: int
     timing: bool
     last: _Mark | None = None
+    captured: Any = None  # (capture, nodes) when last recorded on a capturing stream
 
 
 @dataclass(slots=True)
@@ -198,7 +202,7 @@ class _Faults:
     calls: int = 0
 
 
-class SimDriver(Driver):
+class SimDriver(SimGraphs, Driver):
     """The simulated GPU (see the module docstring for its semantics)."""
 
     kind = "sim"
@@ -227,6 +231,7 @@ class SimDriver(Driver):
         self.deferred_depth = 0  # > 0 while inside vram.sim.deferred()
         self._errors: list[BaseException] = []  # failures of queued work, raised at sync
         self._peer_access: set[tuple[int, int]] = set()  # (device, peer): device reads peer
+        self._init_graphs()  # stream capture and graphs (_simgraph)
 
     # ---- devices -------------------------------------------------------------------
     def device_count(self) -> int:
@@ -265,6 +270,8 @@ class SimDriver(Driver):
 
     def device_synchronize(self, device: int) -> None:
         with self._lock:
+            if self._capturing:
+                self._forbid_device(device, "cuCtxSynchronize")
             for stream in list(self._streams.values()):
                 if stream.device == device:
                     self._drain(stream, None)
@@ -287,6 +294,8 @@ class SimDriver(Driver):
         if size <= 0:
             raise CudaError("cuMemAlloc", "CUDA_ERROR_INVALID_VALUE", f"size {size}")
         with self._lock:
+            if self._capturing:
+                self._forbid_unsafe("cuMemAlloc")
             mem = self._mem(device)
             self._charge(mem, size, "cuMemAlloc")
             ptr = None
@@ -302,6 +311,8 @@ class SimDriver(Driver):
 
     def free(self, device: int, ptr: int) -> None:
         with self._lock:
+            if self._capturing:
+                self._forbid_unsafe("cuMemFree")
             # cudaFree synchronizes the device before it returns
             for stream in list(self._streams.values()):
                 if stream.device == device:
@@ -324,6 +335,8 @@ class SimDriver(Driver):
     def vmm_reserve(self, device: int, size: int) -> int:
         self._check_granular(size, "cuMemAddressReserve")
         with self._lock:
+            if self._capturing:
+                self._forbid_unsafe("cuMemAddressReserve")
             mem = self._mem(device)
             va = mem.take_va(size, _VMM_GRANULARITY)
             try:
@@ -345,6 +358,8 @@ class SimDriver(Driver):
     def vmm_create(self, device: int, size: int) -> int:
         self._check_granular(size, "cuMemCreate")
         with self._lock:
+            if self._capturing:
+                self._forbid_unsafe("cuMemCreate")
             mem = self._mem(device)
             self._charge(mem, size, "cuMemCreate")
             handle = next(self._handles)
@@ -361,6 +376,8 @@ class SimDriver(Driver):
 
     def vmm_map(self, device: int, va: int, size: int, handle: int) -> None:
         with self._lock:
+            if self._capturing:
+                self._forbid_unsafe("cuMemMap")
             mem = self._mem(device)
             rng = mem.find(va)
             if rng is None or rng.kind != "reserve" or va + size > rng.start + rng.size:
@@ -379,6 +396,8 @@ class SimDriver(Driver):
 
     def vmm_unmap(self, device: int, va: int, size: int) -> None:
         with self._lock:
+            if self._capturing:
+                self._forbid_unsafe("cuMemUnmap")
             mem = self._mem(device)
             rng = mem.find(va)
             if rng is None or rng.kind != "reserve":
@@ -503,17 +522,26 @@ class SimDriver(Driver):
 
     def stream_query(self, stream: int) -> bool:
         with self._lock:
-            return not self._stream(stream, "cuStreamQuery").queue
+            s = self._stream(stream, "cuStreamQuery")
+            if self._capturing:
+                self._forbid_stream(s, "cuStreamQuery")
+            return not s.queue
 
     def stream_synchronize(self, stream: int) -> None:
         with self._lock:
-            self._drain(self._stream(stream, "cuStreamSynchronize"), None)
+            s = self._stream(stream, "cuStreamSynchronize")
+            if self._capturing:
+                self._forbid_stream(s, "cuStreamSynchronize")
+            self._drain(s, None)
         self._raise_deferred()
 
     def stream_wait_event(self, stream: int, event: int) -> None:
         with self._lock:
             s = self._stream(stream, "cuStreamWaitEvent")
             e = self._event(event, "cuStreamWaitEvent")
+            if s.capture is not None or e.captured is not None:
+                self._capture_wait(s, e)
+                return
             if e.last is not None and not e.last.done:
                 self._enqueue(s, ("wait", e.last))
 
@@ -544,17 +572,27 @@ class SimDriver(Driver):
         with self._lock:
             e = self._event(event, "cuEventRecord")
             s = self._stream(stream, "cuEventRecord")
+            if s.capture is not None:
+                self._capture_record(e, s)
+                return
+            e.captured = None
             e.last = _Mark(s)
             self._enqueue(s, ("mark", e.last))
 
     def event_query(self, event: int) -> bool:
         with self._lock:
-            last = self._event(event, "cuEventQuery").last
+            e = self._event(event, "cuEventQuery")
+            if self._capturing or e.captured is not None:
+                self._forbid_event(e, "cuEventQuery")
+            last = e.last
             return last is None or last.done
 
     def event_synchronize(self, event: int) -> None:
         with self._lock:
-            last = self._event(event, "cuEventSynchronize").last
+            e = self._event(event, "cuEventSynchronize")
+            if self._capturing or e.captured is not None:
+                self._forbid_event(e, "cuEventSynchronize")
+            last = e.last
             if last is not None and not last.done:
                 self._drain(last.stream, last)
         self._raise_deferred()
@@ -563,6 +601,9 @@ class SimDriver(Driver):
         with self._lock:
             a = self._event(start, "cuEventElapsedTime")
             b = self._event(end, "cuEventElapsedTime")
+            for e in (a, b):
+                if e.captured is not None:
+                    self._forbid_event(e, "cuEventElapsedTime")
             if not (a.timing and b.timing):
                 raise CudaError("cuEventElapsedTime", "CUDA_ERROR_INVALID_HANDLE", "no timing")
             if a.last is None or b.last is None:
@@ -573,6 +614,9 @@ class SimDriver(Driver):
 
     # ---- running queued work -------------------------------------------------------
     def _enqueue(self, stream: _Stream, item: tuple) -> None:
+        if stream.capture is not None:
+            self._capture_work(stream, item)
+            return
         stream.queue.append(item)
         if self.deferred_depth == 0:
             self._drain(stream, None)
@@ -650,6 +694,9 @@ class SimDriver(Driver):
     def host_alloc(self, nbytes: int) -> int:
         if nbytes <= 0:
             raise CudaError("cuMemHostAlloc", "CUDA_ERROR_INVALID_VALUE", f"size {nbytes}")
+        if self._capturing:
+            with self._lock:
+                self._forbid_unsafe("cuMemHostAlloc")
         buffer = np.frombuffer(_anonymous(nbytes), dtype=np.uint8)[:nbytes]
         ptr = buffer.ctypes.data
         with self._lock:
@@ -658,6 +705,8 @@ class SimDriver(Driver):
 
     def host_free(self, ptr: int) -> None:
         with self._lock:
+            if self._capturing:
+                self._forbid_unsafe("cuMemFreeHost")
             if self._host.pop(ptr, None) is None:
                 raise CudaError("cuMemFreeHost", "CUDA_ERROR_INVALID_VALUE", f"ptr {ptr:#x}")
 

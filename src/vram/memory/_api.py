@@ -186,8 +186,15 @@ def empty_cache(device: object = None) -> None:
     """Return every whole free segment to the device, after freeing the library workspaces
     no queued work uses. Synchronizes pending frees."""
     found = _device(device)
+    allocator = allocator_for(found)
+    if getattr(allocator, "lifetimes", None) is not None and allocator.lifetimes.captures:
+        raise RuntimeError(
+            f"empty_cache: a CUDA graph is being captured on {found}; empty_cache synchronizes "
+            "and frees device memory, which a capture forbids. Call it before capture_begin "
+            "or after capture_end"
+        )
     release_idle_workspaces(found)
-    allocator_for(found).empty_cache()
+    allocator.empty_cache()
 
 
 def set_per_process_memory_fraction(fraction: float, device: object = None) -> None:

@@ -415,7 +415,8 @@ class DeviceCachingAllocator:
             block = self._find_free_block(pool, size, stream)
             if block is not None:
                 return block
-        if self.config.cross_stream_reuse:
+        if self.config.cross_stream_reuse and not self.lifetimes.captures:
+            # (not while a stream captures: a capturing stream cannot wait on another's events)
             block = self._take_from_other_stream(pool, size, stream)
             if block is not None:
                 return block

@@ -22,7 +22,7 @@ use anywhere: ``wait_for_uses`` waits on the host for a block's record_use event
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..driver import Driver
@@ -66,6 +66,7 @@ class Lifetimes:
         self.deferred: dict[Block, set[int]] = {}  # PENDING blocks freed during a capture
         #                                            -> their streams; events recorded after
         self.captures = 0  # streams capturing a graph now; > 0: no event query or sync
+        self.capture: Any = None  # vram's graph captures' half of the policy (_graph_pools)
 
     # ---- record_stream --------------------------------------------------------------------
     def note_stream_use(self, block: Block, stream: int) -> None:
@@ -75,6 +76,8 @@ class Lifetimes:
             self.stream_uses[block] = {stream}
         else:
             found.add(stream)
+        if self.captures and self.capture is not None:
+            self.capture.noted(block, stream)
 
     def free_waits(self, block: Block) -> bool:
         """At free: True when ``block`` must stay PENDING until its stream uses are done.
@@ -87,6 +90,8 @@ class Lifetimes:
             return False
         if self.captures:
             self.deferred[block] = streams
+            if self.capture is not None:
+                self.capture.deferred(block, streams)
         else:
             self._record_free_events(block, streams)
         del self.stream_uses[block]
@@ -111,9 +116,8 @@ class Lifetimes:
         """PENDING blocks whose events have all completed now (no waiting). Not while a
         stream captures a graph (events must not be queried then)."""
         if self.captures:
-            return []
-        self._record_deferred()
-        done: list[Block] = []
+            return self._reusable_in_capture()
+        done = self._record_deferred()
         query = self.driver.event_query
         for stream in sorted(self.pending):
             queue = self.pending[stream]
@@ -131,8 +135,7 @@ class Lifetimes:
         """Wait for every pending free's events; the blocks they held. Synchronizes."""
         if self.captures:
             return []
-        self._record_deferred()
-        done: list[Block] = []
+        done = self._record_deferred()
         for stream in sorted(self.pending):
             for event, block in self.pending[stream]:
                 self.driver.event_synchronize(event)
@@ -150,12 +153,32 @@ class Lifetimes:
         self.waiting -= 1
         return [block]
 
-    def _record_deferred(self) -> None:
-        """Record the events of frees made during captures (now that none is underway)."""
+    def _record_deferred(self) -> list[Block]:
+        """Record the events of frees made during captures (now that none is underway), on
+        the streams that used the block outside them; the blocks no stream used so."""
+        done = []
         while self.deferred:
             block, streams = next(iter(self.deferred.items()))
-            self._record_free_events(block, streams)
+            if self.capture is not None:
+                streams = self.capture.outside_uses(block, streams)
+            if streams:
+                self._record_free_events(block, streams)
+            else:
+                self.waiting -= 1
+                done.append(block)
             del self.deferred[block]
+        return done
+
+    def _reusable_in_capture(self) -> list[Block]:
+        """Deferred frees that the captured graph already orders before their stream's
+        next work (graph_capture_record_stream_reuse; see _graph_pools)."""
+        if self.capture is None or not self.deferred:
+            return []
+        done = self.capture.reusable(self.deferred)
+        for block in done:
+            del self.deferred[block]
+            self.waiting -= 1
+        return done
 
     # ---- record_use and cross-stream reuse ----------------------------------------------
     def new_event(self) -> int:
@@ -181,8 +204,11 @@ class Lifetimes:
             block.use_events.append(event)
 
     def note_free(self, block: Block, stream: int) -> None:
-        """cross_stream_reuse: another stream taking ``block`` waits for this free."""
-        self.note_use(block, stream)
+        """cross_stream_reuse: another stream taking ``block`` waits for this free. Not
+        during a capture (the event would be a captured one): a stream that takes the block
+        then records one itself."""
+        if not self.captures:
+            self.note_use(block, stream)
 
     def wait_uses(self, block: Block, stream: int) -> None:
         """The new owner's ``stream`` waits for every use event on ``block`` (no host wait)."""

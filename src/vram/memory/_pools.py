@@ -34,6 +34,7 @@ class PrivatePool:
         self.segment_count = 0  # device segments the pool holds
         self.use_count = 1  # the MemPool (or graph) itself, plus each active use
         self.freeable = False  # no holder left: empty_cache may release its segments
+        self.captures = 0  # CUDA graph captures recording into it now (_graph_pools)
 
     def release_one(self) -> None:
         """A holder is gone (call under the allocator's lock)."""
