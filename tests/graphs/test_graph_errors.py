@@ -128,7 +128,7 @@ def test_relaxed_and_thread_local_captures_let_others_allocate(sim0):
         with vram.graph(g, capture_error_mode=mode):
             vram.ones(16)
 
-            def elsewhere() -> None:
+            def elsewhere(results: list = results) -> None:
                 with vram.device(sim0):
                     ptr = vram.memory.caching_allocator_alloc(4 * MiB, sim0, other)
                     vram.memory.caching_allocator_delete(ptr)
