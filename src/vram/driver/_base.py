@@ -20,7 +20,9 @@ Conventions every implementation keeps:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -287,6 +289,11 @@ class Driver(ABC):
     def graph_launch(self, graph_exec: int, stream: int) -> None:
         """cuGraphLaunch: queue the whole graph on ``stream`` (any stream of its device)."""
         raise NotImplementedError(f"the {self.kind} driver does not capture graphs")
+
+    def graph_launcher(self, graph_exec: int) -> Callable[[int], None]:
+        """``graph_launch`` bound to ``graph_exec``: a function of the stream handle, as
+        cheap to call as the driver can make it (a replay is one call of it)."""
+        return partial(self.graph_launch, graph_exec)
 
     def graph_exec_destroy(self, graph_exec: int) -> None:
         raise NotImplementedError(f"the {self.kind} driver does not capture graphs")

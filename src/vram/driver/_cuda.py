@@ -31,6 +31,7 @@ import ctypes
 import hashlib
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -623,6 +624,27 @@ class CudaDriver(Driver):
         result = cu.cuGraphLaunch(handle.obj, self._stream(stream, handle.device))
         if result[0] != _SUCCESS:
             _check("cuGraphLaunch", result)
+
+    def graph_launcher(self, graph_exec: int) -> Callable[[int], None]:
+        """``graph_launch`` for one graph exec, with its handle looked up once: per call a
+        dict lookup of the stream, the context check and cuGraphLaunch."""
+        handle = self._graph_execs.get(graph_exec)
+        if handle is None:
+            raise ValueError(f"graph exec {graph_exec:#x} was not made by this driver")
+        exec_obj, device = handle.obj, handle.device
+        streams, tls, launch = self._streams, self._tls, cu.cuGraphLaunch
+
+        def launch_on(stream: int) -> None:
+            found = streams.get(stream)
+            if found is not None and tls.context_device == found.device:
+                hstream = found.obj
+            else:
+                hstream = self._stream(stream, device)
+            result = launch(exec_obj, hstream)
+            if result[0] != _SUCCESS:
+                _check("cuGraphLaunch", result)
+
+        return launch_on
 
     def graph_exec_destroy(self, graph_exec: int) -> None:
         handle = self._graph_execs.pop(graph_exec)

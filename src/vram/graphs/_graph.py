@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import warnings
 from contextlib import AbstractContextManager
-from functools import partial
 from typing import Any
 
 from .._device import Device, current_device_obj, synchronize
 from .._errors import CudaError
-from .._streams import Stream, current_stream, default_stream
+from .._streams import Stream, _defaults, current_stream, default_stream
+from .._streams import _local as _current
 from .._streams import stream as stream_context
 from ..driver._base import CAPTURE_MODES
 from ..memory import _graph_pools
@@ -194,7 +194,7 @@ class CUDAGraph:
         if self._graph is None:
             raise RuntimeError("instantiate(): the captured graph was destroyed already")
         self._exec = driver.graph_instantiate(self._graph)
-        self._launch = partial(driver.graph_launch, self._exec)
+        self._launch = driver.graph_launcher(self._exec)
 
     def replay(self) -> None:
         """Launch the graph on the current stream of its device (one graph launch; does not
@@ -207,7 +207,10 @@ class CUDAGraph:
                 )
             self.instantiate()
             launch = self._launch
-        launch(current_stream(self._device).cuda_stream)
+        device = self._device
+        # current_stream(device), without its argument checks: a replay is host time
+        stream = _current.current.get(device) or _defaults.get(device) or default_stream(device)
+        launch(stream.cuda_stream)
 
     def reset(self) -> None:
         """Delete the graph and let its pool go (its memory returns at empty_cache() once no
