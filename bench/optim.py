@@ -17,7 +17,7 @@ step (vram: launches counted at the driver; PyTorch: CUDA kernels in a profiler 
 A device-to-device copy gives the ceiling. ``--sweep`` also times vram's fused kernel at
 other tile and block sizes on the first case.
 
-    python bench/optim.py [--device cuda:0] [--steps 20] [--out DIR] [--sweep]
+    python bench/optim.py [--device cuda:0] [--steps 20] [--out DIR] [--save] [--sweep]
 """
 
 from __future__ import annotations
@@ -282,6 +282,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--device", default=str(vram.default_device()))
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--save", action="store_true", help="also write into bench/results/")
     parser.add_argument("--sweep", action="store_true", help="also time other tile/block sizes")
     parser.add_argument("--no-torch", action="store_true", help="vram only")
     args = parser.parse_args(argv)
@@ -307,7 +308,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.sweep:
         rows += sweep(device, cases(scale)[0], args.steps)
         _print(rows, cases(scale)[0]["case"])
-    for path in write_results("optim", device, rows, args.out):
+    for path in write_results("optim", device, rows, args.out, args.save):
         print(f"wrote {path}")
     return rows
 

@@ -47,13 +47,20 @@ def within_one_ulp(stats: dict, label: str) -> None:
 
 
 def twins(dtype, seed: int, offset: bool = True):
-    """The same random parameters as torch tensors and as vram tensors (one of them a view
-    that is not 16-byte aligned, which takes the kernels' scalar path)."""
+    """The same random parameters as torch tensors and as vram tensors. With ``offset``, the
+    first is a view one element into a buffer on both sides: not 16-byte aligned, it takes
+    PyTorch's ragged path and vram's scalar one. Element counts not a multiple of 4 take
+    PyTorch's ragged path too; the others its vectorized one."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     theirs, mine = [], []
     for k, shape in enumerate(SHAPES):
         base = torch.randn(shape, device="cuda", generator=gen, dtype=torch.float32).to(dtype)
-        theirs.append(base.clone().requires_grad_(True))
+        if offset and k == 0:
+            buffer = torch.empty(base.numel() + 1, device="cuda", dtype=dtype)
+            buffer[1:].copy_(base.reshape(-1))
+            theirs.append(buffer[1:].view(shape).detach().requires_grad_(True))
+        else:
+            theirs.append(base.clone().requires_grad_(True))
         if offset and k == 0:
             holder = vram.empty(base.numel() + 1, dtype=_vram_dtype(dtype), device="cuda:0")
             view = holder[1:].view(shape)
@@ -88,8 +95,10 @@ def train(theirs, mine, topt, vopt, steps: int, seed: int, scale: float = 1.0) -
 ADAM_CONFIGS = {
     "adam": (torch.optim.Adam, Adam, {}),
     "adam-amsgrad-wd": (torch.optim.Adam, Adam, {"amsgrad": True, "weight_decay": 0.01}),
+    "adam-wd": (torch.optim.Adam, Adam, {"weight_decay": 0.01}),
     "adam-maximize": (torch.optim.Adam, Adam, {"maximize": True, "weight_decay": 0.1}),
     "adamw": (torch.optim.AdamW, AdamW, {"weight_decay": 0.01}),
+    "adamw-maximize": (torch.optim.AdamW, AdamW, {"maximize": True, "weight_decay": 0.1}),
     "adamw-amsgrad-maximize": (torch.optim.AdamW, AdamW, {"amsgrad": True, "maximize": True}),
 }
 
@@ -115,6 +124,14 @@ SGD_CONFIGS = {
     "momentum-dampening": {"momentum": 0.9, "dampening": 0.1},
     "nesterov-wd": {"momentum": 0.9, "nesterov": True, "weight_decay": 0.01},
     "maximize-momentum-wd": {"momentum": 0.5, "maximize": True, "weight_decay": 0.1},
+    "maximize-momentum-dampening": {"momentum": 0.9, "dampening": 0.1, "maximize": True},
+    "maximize-nesterov-wd": {
+        "momentum": 0.9,
+        "nesterov": True,
+        "maximize": True,
+        "weight_decay": 0.1,
+    },
+    "wd": {"weight_decay": 0.01},
 }
 
 
@@ -135,9 +152,10 @@ def test_fused_sgd_equals_pytorchs_within_one_ulp(dtype, config):
     within_one_ulp(stats, f"{config} {dtype}")
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
-def test_grad_scale_found_inf_and_a_device_lr_as_pytorch(optimizer):
-    theirs, mine = twins(torch.float16, seed=5, offset=False)
+def test_grad_scale_found_inf_and_a_device_lr_as_pytorch(optimizer, dtype):
+    theirs, mine = twins(DTYPES[dtype], seed=5, offset=False)
     lr_t = torch.tensor(1e-3, device="cuda")
     lr_v = vram.tensor(1e-3, device="cuda:0")
     if optimizer == "adam":
@@ -160,7 +178,7 @@ def test_grad_scale_found_inf_and_a_device_lr_as_pytorch(optimizer):
     for i, (p, q) in enumerate(zip(theirs, mine, strict=True)):
         compare(f"param {i}", q, p, stats)
         compare(f"grad {i}", q.grad, p.grad, stats)  # unscaled in place
-    within_one_ulp(stats, f"scaled {optimizer}")
+    within_one_ulp(stats, f"scaled {optimizer} {dtype}")
     if optimizer == "adam":
         assert vopt.state[mine[0]]["step"].item() == topt.state[theirs[0]]["step"].item() == 5.0
 

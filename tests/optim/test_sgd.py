@@ -160,3 +160,40 @@ def test_bad_input_raises_as_torch_optim(sim0):
     p.grad = vram.zeros(3, dtype=vram.float16, device=sim0)
     with pytest.raises(RuntimeError, match="assigned grad has data of a different type"):
         SGD([p], fused=True).step()
+
+
+def _fma32(a, b, c):
+    """fma in float32 rounded once (the product of two float32 is exact in float64)."""
+    return (np.float64(a) * np.float64(b) + np.float64(c)).astype(np.float32)
+
+
+@pytest.mark.parametrize("maximize", [False, True])
+@pytest.mark.parametrize("numel", [8, 7])
+def test_fused_momentum_rounds_as_pytorchs_compiled_kernel(numel, maximize):
+    """The second step's momentum buffer: fma(1 - dampening, g, momentum * buf rounded),
+    except where PyTorch's kernel takes its vectorized path (element count a multiple of 4,
+    aligned) with maximize and no weight decay: fma(momentum, buf, (1 - dampening) * g
+    rounded). Values chosen so that the two roundings differ."""
+    rng = np.random.default_rng(7)
+    g1 = rng.standard_normal(numel).astype(np.float32)
+    g2 = rng.standard_normal(numel).astype(np.float32)
+    p = vram.zeros(numel, device="sim:0")
+    opt = SGD([p], lr=0.5, momentum=0.9, dampening=0.1, maximize=maximize, fused=True)
+    for g in (g1, g2):
+        p.grad = vram.tensor(g, device="sim:0")
+        opt.step()
+    buf = opt.state[p]["momentum_buffer"].numpy()
+    m, keep = np.float32(0.9), np.float32(1) - np.float32(0.1)
+    first = -g1 if maximize else g1
+    second = -g2 if maximize else g2
+    if numel % 4 == 0 and maximize:
+        wanted = _fma32(m, first, keep * second)
+    else:
+        wanted = _fma32(keep, second, m * first)
+    np.testing.assert_array_equal(buf, wanted)
+    other = (
+        _fma32(keep, second, m * first)
+        if numel % 4 == 0 and maximize
+        else _fma32(m, first, keep * second)
+    )
+    assert (other != wanted).any()  # the data tells the two roundings apart

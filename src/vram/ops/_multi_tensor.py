@@ -237,14 +237,18 @@ class TensorListPlan:
         args: tuple,
         stream: Stream | None = None,
         host: Callable[..., None] | None = None,
+        *,
+        host_aligned: bool = False,
     ) -> int:
         """Run every launch of the plan on ``stream`` (None: the device's current stream).
 
         cuda: kernel ``kernel.format(N=capacity)`` from ``source()`` with arguments
         (metadata, tile, *args). sim and cpu: ``host(arrays, extra)`` once per tensor entry,
         ``arrays`` being 1-D NumPy views of its elements in each list and ``extra`` its
-        extra (a number, a 1-element view of the extra tensor, or None). Returns the
-        number of launches.
+        extra (a number, a 1-element view of the extra tensor, or None); with
+        ``host_aligned``, ``host(arrays, extra, aligned)``, ``aligned`` telling whether the
+        entry's addresses in every list are 16-byte aligned (kernels that follow PyTorch's
+        vectorized path need it). Returns the number of launches.
         """
         if stream is None and self.device.type != "cpu":
             stream = current_stream(self.device)
@@ -264,7 +268,7 @@ class TensorListPlan:
         if host is None:
             raise NotImplementedError(f"{kernel}: no host implementation for {self.device}")
         for item in self.launches:
-            self._run_host(host, item.entries, stream)
+            self._run_host(host, item.entries, stream, host_aligned)
         return len(self.launches)
 
     def _kernel(self, source: Callable[[], str], name: str) -> Any:
@@ -274,7 +278,9 @@ class TensorListPlan:
             self._kernels[name] = compiled
         return compiled
 
-    def _run_host(self, host: Callable[..., None], entries: tuple, stream: Stream | None) -> None:
+    def _run_host(
+        self, host: Callable[..., None], entries: tuple, stream: Stream | None, aligned: bool
+    ) -> None:
         dtypes = [dt.np for dt in self.dtypes]
         addresses, numels, values = entries
         columns = addresses.T.tolist()
@@ -297,7 +303,10 @@ class TensorListPlan:
                 ]
                 if pointer:
                     extra = _array(view, extra, 1, extra_dtype)
-                host(arrays, extra)
+                if aligned:
+                    host(arrays, extra, all(address % 16 == 0 for address in column))
+                else:
+                    host(arrays, extra)
 
         if stream is None:
             run()

@@ -207,7 +207,7 @@ def fused_adam(
         if device.type != "cuda":  # the same arithmetic in NumPy, reading device scalars late
             consts = (lr_value, beta1, beta2, weight_decay, eps, maximize, adamw)
             host = _adam_host(consts, _reader(lr_tensor), _reader(scale), _reader(found))
-        cached.plan.launch(_source, kernel, args, stream, host=host)
+        cached.plan.launch(_source, kernel, args, stream, host=host, host_aligned=True)
         if found is not None:
             read = _reader(found) if device.type != "cuda" else None
             cached.step_plan.launch(
@@ -222,6 +222,17 @@ def fused_adam(
 def _unskip(step: np.ndarray, read: Callable[[], float] | None) -> None:
     assert read is not None
     step[0] = step[0] - np.float32(1) * np.float32(read())
+
+
+def _vectorized(numel: int, aligned: bool) -> bool:
+    """Whether PyTorch's kernel would take its vectorized path (kernels/fused.cu: TorchPath)."""
+    return aligned and numel % 4 == 0
+
+
+def _lanes(numel: int, aligned: bool) -> np.ndarray:
+    """Each element's lane in PyTorch's walk (kernels/fused.cu: TorchPath)."""
+    index = np.arange(numel, dtype=np.int64)
+    return (index & 3) if _vectorized(numel, aligned) else ((index & 2047) >> 9)
 
 
 def _fma(a: Any, b: Any, c: Any, math_t: np.dtype) -> Any:
@@ -239,11 +250,11 @@ def _adam_host(
     scale_reader: Callable[[], float] | None,
     found_reader: Callable[[], float] | None,
 ) -> Callable[[list[np.ndarray], np.ndarray], None]:
-    """The fused Adam kernel's arithmetic in NumPy (kernels/fused.cu: adam_math), with the
-    FMAs the GPU makes rounded once."""
+    """The fused Adam kernel's arithmetic in NumPy (kernels/fused.cu: adam_math): the same
+    roundings, each FMA rounded once."""
     lr0, beta1, beta2, weight_decay, eps, maximize, adamw = consts
 
-    def run(arrays: list[np.ndarray], step_view: np.ndarray) -> None:
+    def run(arrays: list[np.ndarray], step_view: np.ndarray, aligned: bool) -> None:
         if found_reader is not None and found_reader() == 1:
             return
         param, grad, exp_avg, exp_avg_sq = arrays[:4]
@@ -265,8 +276,13 @@ def _adam_host(
             if wd != 0:
                 if adamw:
                     p = _fma(-(lr * wd), p, p, m_t)
-                else:
+                elif len(arrays) == 5 or scale_reader is not None:
                     g = _fma(p, wd, g, m_t)
+                elif maximize:
+                    g = g + p * wd
+                else:  # lane 0 rounds p * wd first (see adam_math)
+                    lane = _lanes(p.size, aligned)
+                    g = np.where(lane == 0, g + p * wd, _fma(p, wd, g, m_t))
             m = _fma(b1, exp_avg.astype(m_t), _fma(-b1, g, g, m_t), m_t)
             gg = g * g
             v = _fma(b2, exp_avg_sq.astype(m_t), _fma(-b2, gg, gg, m_t), m_t)
@@ -331,7 +347,7 @@ def fused_sgd(
         if device.type != "cuda":  # the same arithmetic in NumPy, reading device scalars late
             consts = (lr_value, weight_decay, momentum, dampening, nesterov, maximize, first_step)
             host = _sgd_host(consts, _reader(lr_tensor), _reader(scale), _reader(found))
-        cached.plan.launch(_source, kernel, args, stream, host=host)
+        cached.plan.launch(_source, kernel, args, stream, host=host, host_aligned=True)
 
 
 def _sgd_host(
@@ -340,11 +356,11 @@ def _sgd_host(
     scale_reader: Callable[[], float] | None,
     found_reader: Callable[[], float] | None,
 ) -> Callable[[list[np.ndarray], Any], None]:
-    """The fused SGD kernel's arithmetic in NumPy (kernels/fused.cu: sgd_math), with the
-    FMAs the GPU makes rounded once."""
+    """The fused SGD kernel's arithmetic in NumPy (kernels/fused.cu: sgd_math): the same
+    roundings, each FMA rounded once."""
     lr0, weight_decay, momentum, dampening, nesterov, maximize, first_step = consts
 
-    def run(arrays: list[np.ndarray], _: Any) -> None:
+    def run(arrays: list[np.ndarray], _: Any, aligned: bool) -> None:
         if found_reader is not None and found_reader() == 1:
             return
         param, grad = arrays[:2]
@@ -362,15 +378,23 @@ def _sgd_host(
                 g = -g
             if wd != 0:
                 g = _fma(wd, p, g, m_t)
+            vectorized = _vectorized(p.size, aligned)
+            scaled = scale_reader is not None
             if len(arrays) == 3:
                 buf = arrays[2]
                 if first_step:
                     mb = g
-                else:
+                elif vectorized and maximize and wd == 0 and not scaled:
                     mb = _fma(mu, buf.astype(m_t), (cast(1) - damp) * g, m_t)
+                else:
+                    mb = _fma(cast(1) - damp, g, mu * buf.astype(m_t), m_t)
                 buf[...] = mb.astype(buf.dtype)
                 g = _fma(mu, mb, g, m_t) if nesterov else mb
-            p = _fma(-lr, g, p, m_t)
+            if param.dtype == np.float32 and vectorized and scaled:  # lanes 0-2 round lr * g
+                lane = _lanes(p.size, aligned)
+                p = np.where(lane == 3, _fma(-lr, g, p, m_t), p - lr * g)
+            else:
+                p = _fma(-lr, g, p, m_t)
         param[...] = p.astype(param.dtype)
 
     return run

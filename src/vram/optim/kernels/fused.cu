@@ -1,13 +1,18 @@
 // vram's fused optimizer kernels: Adam/AdamW and SGD over many tensors per launch, through
 // multi_tensor_apply (ops/kernels/multi_tensor.cuh, prepended by Python).
 //
-// The arithmetic is PyTorch's (aten/src/ATen/native/cuda/fused_adam_utils.cuh and
-// FusedSgdKernel.cu, since PyTorch 2.8) expression for expression: every hyperparameter is
-// cast to the opmath type first (float for float16 / bfloat16 / float32, double for
-// float64), the moments are lerped with explicit FMAs, and the rest is written in the same
-// order so that the compiler contracts the same multiplies and adds into FMAs. Parameters and
-// gradients have type P; Adam's state has type S (P, or float for float16 / bfloat16
-// parameters with float32 state: vram's own option).
+// The arithmetic is the one PyTorch 2.11's fused kernels (FusedAdamKernel.cu with
+// fused_adam_utils.cuh, FusedSgdKernel.cu) execute as nvcc compiled them for sm_90, read off
+// their machine code: every hyperparameter is cast to the opmath type first (float for
+// float16 / bfloat16 / float32, double for float64), the moments are lerped with FMAs, and
+// where nvcc fused a multiply into an add, or left it unfused, differs between code paths of
+// one kernel. Each such choice is written here with explicit round-to-nearest intrinsics
+// (mul_rn, add_rn, fma_rn), which NVRTC never contracts, so the results are PyTorch's bit for
+// bit rather than whatever contraction NVRTC picks. The paths depend on how PyTorch would
+// have walked the tensor (see TorchPath) and on the options; parameters and gradients have
+// type P; Adam's state has type S (P, or float for float16 / bfloat16 parameters with float32
+// state: vram's own option). float64 follows the float rules (PyTorch's double kernels were
+// not compared).
 
 namespace vram {
 namespace optim {
@@ -16,8 +21,38 @@ __device__ __forceinline__ float math_sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double math_sqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float math_pow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double math_pow(double x, double y) { return pow(x, y); }
-__device__ __forceinline__ float math_fma(float x, float y, float z) { return fmaf(x, y, z); }
-__device__ __forceinline__ double math_fma(double x, double y, double z) { return fma(x, y, z); }
+__device__ __forceinline__ float fma_rn(float x, float y, float z) { return __fmaf_rn(x, y, z); }
+__device__ __forceinline__ double fma_rn(double x, double y, double z) { return __fma_rn(x, y, z); }
+__device__ __forceinline__ float mul_rn(float x, float y) { return __fmul_rn(x, y); }
+__device__ __forceinline__ double mul_rn(double x, double y) { return __dmul_rn(x, y); }
+__device__ __forceinline__ float add_rn(float x, float y) { return __fadd_rn(x, y); }
+__device__ __forceinline__ double add_rn(double x, double y) { return __dadd_rn(x, y); }
+__device__ __forceinline__ float div_rn(float x, float y) { return __fdiv_rn(x, y); }
+__device__ __forceinline__ double div_rn(double x, double y) { return __ddiv_rn(x, y); }
+
+// How PyTorch's multi_tensor_apply would walk a tensor, which picks the code path (and so
+// the roundings) of its fused kernels. A 65,536-element chunk takes the vectorized path
+// when the tensor's element count is a multiple of kILP (4) and every list's address is
+// 16-byte aligned (then element i is lane i % 4 of its vector), else the ragged path (then
+// element i is lane (i % 2048) / 512: blocks of 512 threads, 4 elements a thread).
+// Tensors cut into several metadata entries (over 2**30 elements) are judged per entry.
+struct TorchPath {
+    bool vectorized;
+    __device__ __forceinline__ int lane(long long index) const {
+        return vectorized ? static_cast<int>(index & 3) : static_cast<int>((index & 2047) >> 9);
+    }
+};
+
+template <int D, int N, bool kExtra>
+__device__ __forceinline__ TorchPath torch_path(const mt::TensorListMeta<D, N, kExtra>& meta,
+                                                int t) {
+    bool aligned = (meta.numel[t] & 3) == 0;
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+        aligned = aligned && (meta.addresses[d][t] % 16) == 0;
+    }
+    return TorchPath{aligned};
+}
 
 // ---- Adam / AdamW ----------------------------------------------------------------------------
 template <typename M> struct AdamScalars {
@@ -26,40 +61,43 @@ template <typename M> struct AdamScalars {
     bool scaled, maximize, adamw;
 };
 
-// One element: PyTorch's adam_math. `grad` comes back unscaled (it is stored only when a
-// grad_scale was given).
+// One element: PyTorch's adam_math as compiled. `grad` comes back unscaled (it is stored only
+// when a grad_scale was given); `lane` is the element's lane in PyTorch's walk (TorchPath).
+//
+// Adam's L2 decay `grad += param * weight_decay` is the one rounding that varies: nvcc fused
+// it (fma) with AMSGrad or a grad_scale; without either it left it unfused (param *
+// weight_decay rounded, then added) under maximize, and in lane 0 otherwise.
 template <typename M, bool kAmsgrad>
 __device__ __forceinline__ void adam_math(M& param, M& grad, M& exp_avg, M& exp_avg_sq,
                                           M& max_exp_avg_sq, const AdamScalars<M>& c,
                                           const M bias_correction1,
-                                          const M bias_correction2_sqrt) {
+                                          const M bias_correction2_sqrt, const int lane) {
     const M lr = c.lr, beta1 = c.beta1, beta2 = c.beta2;
     const M weight_decay = c.weight_decay, eps = c.eps;
     if (c.scaled) {
-        grad /= c.grad_scale;
+        grad = div_rn(grad, c.grad_scale);
     }
-    M g = grad;
-    if (c.maximize) {
-        g = -g;
-    }
+    M g = c.maximize ? -grad : grad;
     if (weight_decay != 0) {
         if (c.adamw) {
-            param -= lr * weight_decay * param;
+            param = fma_rn(-mul_rn(lr, weight_decay), param, param);
+        } else if (kAmsgrad || c.scaled || (!c.maximize && lane != 0)) {
+            g = fma_rn(param, weight_decay, g);
         } else {
-            g += param * weight_decay;
+            g = add_rn(g, mul_rn(param, weight_decay));
         }
     }
-    exp_avg = math_fma(beta1, exp_avg, math_fma(-beta1, g, g));
-    exp_avg_sq = math_fma(beta2, exp_avg_sq, math_fma(-beta2, g * g, g * g));
-    const M step_size = lr / bias_correction1;
-    M denom;
+    exp_avg = fma_rn(beta1, exp_avg, fma_rn(-beta1, g, g));
+    const M g2 = mul_rn(g, g);
+    exp_avg_sq = fma_rn(beta2, exp_avg_sq, fma_rn(-beta2, g2, g2));
+    const M step_size = div_rn(lr, bias_correction1);
+    M largest = exp_avg_sq;
     if (kAmsgrad) {
         max_exp_avg_sq = max_exp_avg_sq < exp_avg_sq ? exp_avg_sq : max_exp_avg_sq;  // std::max
-        denom = (math_sqrt(max_exp_avg_sq) / bias_correction2_sqrt) + eps;
-    } else {
-        denom = (math_sqrt(exp_avg_sq) / bias_correction2_sqrt) + eps;
+        largest = max_exp_avg_sq;
     }
-    param -= step_size * exp_avg / denom;
+    const M denom = add_rn(div_rn(math_sqrt(largest), bias_correction2_sqrt), eps);
+    param = add_rn(param, -div_rn(mul_rn(step_size, exp_avg), denom));
 }
 
 // Lists: params, grads, exp_avgs, exp_avg_sqs (, max_exp_avg_sqs when D == 5); each tensor's
@@ -102,6 +140,7 @@ __global__ void __launch_bounds__(512, 2)
     S* const max_sq = reinterpret_cast<S*>(meta.addresses[D - 1][t]) + start;
     const bool vectors = mt::aligned(param) && mt::aligned(grad) && mt::aligned(exp_avg) &&
                          mt::aligned(exp_avg_sq) && mt::aligned(max_sq);
+    const TorchPath path = torch_path(meta, t);
     int done = 0;
     if (vectors) {
         const int nvec = count / V;
@@ -119,7 +158,7 @@ __global__ void __launch_bounds__(512, 2)
                 M p = mt::load_math(rp[e]), g = mt::load_math(rg[e]);
                 M m = mt::load_math(rm[e]), s = mt::load_math(rv[e]);
                 M x = kAmsgrad ? mt::load_math(rx[kAmsgrad ? e : 0]) : M(0);
-                adam_math<M, kAmsgrad>(p, g, m, s, x, c, bc1, bc2_sqrt);
+                adam_math<M, kAmsgrad>(p, g, m, s, x, c, bc1, bc2_sqrt, path.lane(start + i + e));
                 rp[e] = mt::store_math<P>(p);
                 rg[e] = mt::store_math<P>(g);
                 rm[e] = mt::store_math<S>(m);
@@ -138,7 +177,7 @@ __global__ void __launch_bounds__(512, 2)
         M p = mt::load_math(param[i]), g = mt::load_math(grad[i]);
         M m = mt::load_math(exp_avg[i]), s = mt::load_math(exp_avg_sq[i]);
         M x = kAmsgrad ? mt::load_math(max_sq[i]) : M(0);
-        adam_math<M, kAmsgrad>(p, g, m, s, x, c, bc1, bc2_sqrt);
+        adam_math<M, kAmsgrad>(p, g, m, s, x, c, bc1, bc2_sqrt, path.lane(start + i));
         param[i] = mt::store_math<P>(p);
         if (grad_scale) grad[i] = mt::store_math<P>(g);
         exp_avg[i] = mt::store_math<S>(m);
@@ -154,30 +193,43 @@ template <typename M> struct SgdScalars {
     bool scaled, nesterov, maximize, first_step;
 };
 
-// One element: PyTorch's sgd_math.
-template <typename M, bool kMomentum>
-__device__ __forceinline__ void sgd_math(M& p, M& grad, M& buf, const SgdScalars<M>& c) {
+// One element: PyTorch's sgd_math as compiled; `lane` and `path` as for Adam.
+//
+// The momentum buffer `momentum * buf + (1 - dampening) * g` is fma(1 - dampening, g,
+// momentum * buf rounded), except on PyTorch's vectorized path with maximize, no weight decay
+// and no grad_scale, where nvcc fused the other product: fma(momentum, buf, (1 - dampening) *
+// g rounded). The update `p -= lr * g` is an fma, except for float32 on the vectorized path
+// with a grad_scale, where lanes 0 to 2 round lr * g before subtracting it.
+template <typename P, typename M, bool kMomentum>
+__device__ __forceinline__ void sgd_math(M& p, M& grad, M& buf, const SgdScalars<M>& c,
+                                         const TorchPath path, const int lane) {
     const M momentum = c.momentum, dampening = c.dampening, weight_decay = c.weight_decay;
     if (c.scaled) {
-        grad /= c.grad_scale;
+        grad = div_rn(grad, c.grad_scale);
     }
-    M g = grad;
-    if (c.maximize) {
-        g = -g;
-    }
+    M g = c.maximize ? -grad : grad;
     if (weight_decay != 0) {
-        g += weight_decay * p;
+        g = fma_rn(p, weight_decay, g);
     }
     if (kMomentum) {
-        const M momentum_buffer = c.first_step ? g : (momentum * buf + (1 - dampening) * g);
-        buf = momentum_buffer;
-        if (c.nesterov) {
-            g = g + momentum * momentum_buffer;
-        } else {
-            g = momentum_buffer;
+        M momentum_buffer = g;
+        if (!c.first_step) {
+            const M keep = 1 - dampening;
+            if (path.vectorized && c.maximize && weight_decay == 0 && !c.scaled) {
+                momentum_buffer = fma_rn(momentum, buf, mul_rn(keep, g));
+            } else {
+                momentum_buffer = fma_rn(keep, g, mul_rn(momentum, buf));
+            }
         }
+        buf = momentum_buffer;
+        g = c.nesterov ? fma_rn(momentum, momentum_buffer, g) : momentum_buffer;
     }
-    p -= c.lr * g;
+    constexpr bool kFloat32 = sizeof(P) == 4 && sizeof(M) == 4;
+    if (kFloat32 && path.vectorized && c.scaled && lane != 3) {
+        p = add_rn(p, -mul_rn(c.lr, g));
+    } else {
+        p = fma_rn(-c.lr, g, p);
+    }
 }
 
 // Lists: params, grads (, momentum_buffers when D == 3).
@@ -203,14 +255,15 @@ __global__ void __launch_bounds__(512, 2)
                           static_cast<M>(dampening),
                           grad_scale ? static_cast<M>(*grad_scale) : M(1),
                           grad_scale != nullptr,
-                       nesterov != 0,
-                       maximize != 0,
-                       first_step != 0};
+                          nesterov != 0,
+                          maximize != 0,
+                          first_step != 0};
 
     P* const param = reinterpret_cast<P*>(meta.addresses[0][t]) + start;
     P* const grad = reinterpret_cast<P*>(meta.addresses[1][t]) + start;
     P* const bufs = reinterpret_cast<P*>(meta.addresses[D - 1][t]) + start;
     const bool vectors = mt::aligned(param) && mt::aligned(grad) && mt::aligned(bufs);
+    const TorchPath path = torch_path(meta, t);
     int done = 0;
     if (vectors) {
         const int nvec = count / V;
@@ -224,7 +277,7 @@ __global__ void __launch_bounds__(512, 2)
             for (int e = 0; e < V; ++e) {
                 M p = mt::load_math(rp[e]), g = mt::load_math(rg[e]);
                 M b = (kMomentum && !c.first_step) ? mt::load_math(rb[kMomentum ? e : 0]) : M(0);
-                sgd_math<M, kMomentum>(p, g, b, c);
+                sgd_math<P, M, kMomentum>(p, g, b, c, path, path.lane(start + i + e));
                 rp[e] = mt::store_math<P>(p);
                 rg[e] = mt::store_math<P>(g);
                 if (kMomentum) rb[kMomentum ? e : 0] = mt::store_math<P>(b);
@@ -238,7 +291,7 @@ __global__ void __launch_bounds__(512, 2)
     for (int i = done + threadIdx.x; i < count; i += blockDim.x) {
         M p = mt::load_math(param[i]), g = mt::load_math(grad[i]);
         M b = (kMomentum && !c.first_step) ? mt::load_math(bufs[i]) : M(0);
-        sgd_math<M, kMomentum>(p, g, b, c);
+        sgd_math<P, M, kMomentum>(p, g, b, c, path, path.lane(start + i));
         param[i] = mt::store_math<P>(p);
         if (grad_scale) grad[i] = mt::store_math<P>(g);
         if (kMomentum) bufs[i] = mt::store_math<P>(b);
