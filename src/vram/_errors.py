@@ -27,7 +27,13 @@ class CudaError(RuntimeError):
 
 
 class OutOfMemoryError(RuntimeError):
-    """The caching allocator could not satisfy a request (PyTorch's torch.OutOfMemoryError)."""
+    """The caching allocator could not satisfy a request (PyTorch's torch.OutOfMemoryError).
+
+    ``report``: why, as a ``vram.memory.MemoryReport`` built when the error was raised
+    (``print(error.report)``); None when the error did not come from a caching allocator.
+    """
+
+    report = None
 
 
 class DeferredCudaError(CudaError):

@@ -3,7 +3,7 @@
     vram info                          versions, devices, allocator configuration
     vram demo [--device sim:0]         a producer/consumer pipeline on two streams, step by step
     vram viz SNAPSHOT -o out.html [--png out.png]    the memory viewer for a snapshot
-    vram replay|trace|stats ARGS...    the tools in vram.tools, given ARGS as they are
+    vram replay|trace|stats|explain ARGS...   the tools in vram.tools, given ARGS as they are
     vram bench NAME ARGS...            bench/NAME.py of a source checkout, given ARGS
 
 The tools are imported only when their subcommand runs, so ``vram info`` stays quick and a
@@ -50,6 +50,7 @@ _TOOLS: dict[str, tuple[str, str, str]] = {
     "replay": ("vram.tools.replay", "main_replay", "replay a snapshot's trace under settings"),
     "trace": ("vram.tools.trace", "main_trace", "run a script with allocation history on"),
     "stats": ("vram.tools.trace", "main_stats", "memory_summary of a device or a snapshot"),
+    "explain": ("vram.tools.explain", "main_explain", "why an OOM happened, from a snapshot"),
 }
 _ENV_VARS = (
     "VRAM_DEVICE",

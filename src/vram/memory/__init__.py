@@ -18,6 +18,7 @@ from ._host import (
     reset_accumulated_host_memory_stats,
     reset_peak_host_memory_stats,
 )
+from ._oom_report import MemoryReport, memory_report
 from ._pools import MemPool, use_mem_pool
 from ._snapshot import _dump_snapshot, _record_memory_history, _snapshot, memory_snapshot
 from ._workspace import get_workspace
@@ -44,6 +45,8 @@ __all__ = [
     "AllocatorConfig",
     "DeviceCachingAllocator",
     "MemPool",
+    "MemoryReport",
+    "memory_report",
     "allocate",
     "allocator_for",
     "format_size",

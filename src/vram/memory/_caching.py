@@ -53,6 +53,7 @@ from ..driver import Driver
 from ._allocation import Allocation
 from ._config import SIZE_MAX, AllocatorConfig, default_config
 from ._lifetimes import Lifetimes
+from ._oom_report import dump_on_oom, oom_report
 from ._pool import (
     ALLOCATED,
     FREE,
@@ -145,6 +146,7 @@ class DeviceCachingAllocator:
             error, report = self._out_of_memory(size, stream)
         finally:
             lock.release()
+        dump_on_oom(self, error)  # VRAM_OOM_SNAPSHOT / oom_snapshot (_oom_report), unlocked
         for observer in list(self.oom_observers):  # without the lock, as PyTorch calls them
             try:
                 observer(*report)
@@ -697,7 +699,9 @@ class DeviceCachingAllocator:
             "If reserved but unallocated memory is large try setting "
             "VRAM_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
         )
-        return error, (self.index, alloc_size, total if limit is None else limit, free)
+        cap = total if limit is None else limit
+        error.report = oom_report(self, size, rounded, stream, cap, free)  # why (_oom_report)
+        return error, (self.index, alloc_size, cap, free)
 
     # ====================================================================== the rest
     def _trace(self, action: str, addr: int, size: int, stream: int, context: Any = None) -> Any:

@@ -8,6 +8,9 @@ The string is PyTorch's: ``key:value`` pairs separated by commas, lists in brack
 ``cross_stream_reuse`` (take a free block of another stream before growing the pool) and
 ``expandable_page_mb`` (the page size of the large pool's expandable segments; PyTorch's
 is 20, smaller pages leave less mapped but unused memory at the end of a segment).
+``stream_sanitizer:True`` poisons freed blocks and reports cross-stream reuse races
+(``_sanitizer``); ``oom_snapshot:PATH`` writes a snapshot when an OOM is raised (as
+``VRAM_OOM_SNAPSHOT=PATH``; ``_oom_report``).
 An unknown key or a bad value raises ValueError naming it.
 """
 
@@ -53,6 +56,8 @@ class AllocatorConfig:
     backend: str = "native"
     cross_stream_reuse: bool = False  # vram's own
     expandable_page_size: int = 20 * _MB  # vram's own: bytes per large-pool expandable page
+    stream_sanitizer: bool = False  # vram's own: poison freed blocks, report reuse races
+    oom_snapshot: str = ""  # vram's own: write a snapshot here when an OOM is raised
 
     def settings(self) -> dict:
         """The allocator_settings dict a snapshot carries (PyTorch's keys)."""
@@ -70,6 +75,8 @@ class AllocatorConfig:
             },
             "cross_stream_reuse": self.cross_stream_reuse,
             "expandable_page_size": self.expandable_page_size,
+            "stream_sanitizer": self.stream_sanitizer,
+            "oom_snapshot": self.oom_snapshot,
         }
 
 
@@ -200,8 +207,11 @@ def parse_config(text: str, base: AllocatorConfig | None = None) -> AllocatorCon
             "pinned_use_background_threads",
             "graph_capture_record_stream_reuse",
             "cross_stream_reuse",
+            "stream_sanitizer",
         ):
             changes[key] = _bool(key, value)
+        elif key == "oom_snapshot":
+            changes[key] = value
         elif key == "expandable_page_mb":
             mb = _int(key, value)
             if mb < 2 or mb % 2 or mb > 1024:

@@ -525,7 +525,8 @@ class _Replayer:
     ) -> tuple[bool, int | None]:
         """Replay every request; (ran out of memory, at which trace entry).
 
-        ``progress(n)`` is told of each ``_PROGRESS_STEP`` requests replayed; ``timeline``
+        ``progress(n)`` is told of the trace entries replayed, every ``_PROGRESS_STEP``
+        requests; ``timeline``
         keeps reserved and allocated bytes after each request; ``bound`` stops the replay
         with ``Pruned`` as soon as it reserves more bytes than that.
 
@@ -545,7 +546,7 @@ class _Replayer:
         rising = False  # allocations since the last request set a new allocated peak
         ops = self.trace.ops
         step = _PROGRESS_STEP
-        i = 0
+        i = reported = 0
         try:
             for start in range(0, len(ops), step):
                 for op in ops[start : start + step]:
@@ -581,8 +582,10 @@ class _Replayer:
                         reserved_out.append(allocator.total_allocated_memory)
                         allocated_out.append(allocated_now())
                     i += 1
-                if progress is not None:
-                    progress(min(step, len(ops) - start))
+                if progress is not None and start + step < len(ops):
+                    upto = ops[start + step][4]  # the trace entries replayed so far
+                    progress(upto - reported)
+                    reported = upto
         except OutOfMemoryError:
             if rising:
                 self._note_peak(allocated_now())
@@ -747,7 +750,7 @@ def _runs(
         raise ValueError(f"capacity: must be positive, got {capacity}")
     texts = configs or [""]
     name = Path(trace).name if isinstance(trace, (str, Path)) else "the trace"
-    with progress(f"replaying {name}", len(parsed.ops) * len(texts)) as advance:
+    with progress(f"replaying {name}", len(parsed.entries) * len(texts)) as advance:
         return [
             _replay_one(parsed, text, capacity, record_use, advance, timeline) for text in texts
         ]

@@ -1,0 +1,55 @@
+"""vram explain on PyTorch-format snapshots: the report from segments and the trace's oom."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+from vram.tools.explain import find_setting, main_explain, report_from_snapshot
+
+MiB = 1 << 20
+
+
+def test_explain_a_pytorch_snapshot_with_an_oom_event(tmp_path, capsys, synthetic_snapshot):
+    snapshot = synthetic_snapshot(3000)
+    path = tmp_path / "torch.pickle"
+    path.write_bytes(pickle.dumps(snapshot, protocol=5))
+    report = report_from_snapshot(path)
+    oom = next(e for e in snapshot["device_traces"][0] if e["action"] == "oom")
+    assert (report.request, report.device_free) == (oom["size"], oom["addr"])
+    assert report.limit == report.reserved + oom["addr"]
+    live = [
+        b["size"]
+        for s in snapshot["segments"]
+        for b in s["blocks"]
+        if b["state"] == "active_allocated"
+    ]
+    assert [b.size for b in report.largest_live] == sorted(live, reverse=True)[:10]
+    pending = sum(
+        b["size"]
+        for s in snapshot["segments"]
+        for b in s["blocks"]
+        if b["state"] == "active_pending_free"
+    )
+    assert sum(report.pending.values()) == pending
+    assert main_explain([str(path), "--no-replay"]) == 0
+    out = capsys.readouterr().out
+    assert "out of memory on device 0: 1024.00 GiB requested" in out
+    assert "10 largest live blocks" in out and "model_1.py" in out
+
+
+def test_a_request_no_device_could_hold_is_named_so(tmp_path, capsys, synthetic_snapshot):
+    path = tmp_path / "torch.pickle"
+    path.write_bytes(pickle.dumps(synthetic_snapshot(3000)))
+    result = find_setting(path)
+    assert result.baseline.fits is False and result.makes_it_fit is None
+    assert main_explain([str(path), "--json", "--jobs", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["avoided_by"].startswith("none of the")
+    assert out["search"]["capacity"] == out["limit"]
+
+
+def test_explain_bad_input_is_one_line(tmp_path, capsys):
+    assert main_explain([str(tmp_path / "missing.pickle")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vram explain: error:") and err.count("\n") == 1
