@@ -61,6 +61,7 @@ from ..driver._sim import SimDriver, parse_bytes
 from ..memory._caching import DeviceCachingAllocator
 from ..memory._config import AllocatorConfig, parse_config
 from ._output import check_output_path, console, describe_error, fitted, progress
+from ._replay_pools import add_pool_routes, find_private_pools
 from ._snapshot_file import load_snapshot
 
 __all__ = [
@@ -276,6 +277,7 @@ class _Trace:
     pre_segments: list[tuple[int, int, int, bool]] = field(default_factory=list)
     cache_clears: set[int] = field(default_factory=set)  # entry index of empty_cache calls
     ops: list[tuple[int, int, int, int, int]] = field(default_factory=list)  # _compile's
+    pools: dict = field(default_factory=dict)  # private pool id -> its streams (_replay_pools)
     notes: list[str] = field(default_factory=list)
 
 
@@ -304,6 +306,7 @@ def _read_trace(snapshot: dict, device: int | None) -> _Trace:
     _find_cache_clears(trace)
     _find_pre_state(trace, snapshot, device)
     trace.ops = _compile(trace)
+    find_private_pools(trace, snapshot, device)
     return trace
 
 
@@ -479,6 +482,7 @@ class _Replayer:
         pre = [(addr, size) for addr, size, _, _ in trace.pre_segments]
         self.driver = ReplayDriver(capacity, pre + trace.recorded_segments)
         allocator = DeviceCachingAllocator(Device("sim", 0), config, driver=self.driver)
+        add_pool_routes(allocator, trace.pools)
         if limit is not None:
             allocator.set_memory_fraction(min(limit / capacity, 1.0))
         self.segments = _SegmentSizes(allocator._account)

@@ -42,6 +42,7 @@
     freeReq: Int32Array.from(D.alloc.freeReq),
     end: Int32Array.from(D.alloc.end),
     stack: Int32Array.from(D.alloc.stack),
+    pool: Int32Array.from(D.alloc.pool),
   };
   const nA = A.addr.length;
   const S = {
@@ -192,6 +193,15 @@
   const RAMP = [[59, 111, 216], [46, 170, 200], [80, 185, 110], [200, 200, 60], [240, 150, 50], [214, 69, 61]];
   const STREAM_COLOURS = [[78, 121, 167], [242, 142, 43], [89, 161, 79], [225, 87, 89], [118, 183, 178],
     [237, 201, 72], [176, 122, 161], [255, 157, 167], [156, 117, 95], [186, 176, 172]];
+  // By pool: the default pool in grey, each private pool (CUDA graphs, MemPool) its own colour.
+  const POOL_COLOURS = [[214, 39, 40], [148, 103, 189], [44, 160, 44], [255, 127, 14], [23, 190, 207],
+    [188, 189, 34], [227, 119, 194], [140, 86, 75]];
+  const DEFAULT_POOL = D.pools.indexOf("0,0");
+  function poolRgb(p) {
+    if (p === DEFAULT_POOL) return [160, 168, 180];
+    const k = DEFAULT_POOL >= 0 && p > DEFAULT_POOL ? p - 1 : p;
+    return POOL_COLOURS[k % POOL_COLOURS.length];
+  }
   const [LO_BITS, HI_BITS] = D.sizeBits;
   let colourMode = "size";
 
@@ -213,7 +223,8 @@
   const css = (rgb, alpha) =>
     (alpha === undefined ? "rgb(" : "rgba(") + rgb.map(Math.round).join(",") + (alpha === undefined ? ")" : "," + alpha + ")");
   function allocRgb(a) {
-    const base = colourMode === "stream" ? STREAM_COLOURS[A.stream[a] % STREAM_COLOURS.length] : sizeColour(A.size[a]);
+    const base = colourMode === "stream" ? STREAM_COLOURS[A.stream[a] % STREAM_COLOURS.length]
+      : colourMode === "pool" ? poolRgb(A.pool[a]) : sizeColour(A.size[a]);
     return shade(base, a % 3);
   }
   const allocColour = (a) => css(allocRgb(a));
@@ -805,6 +816,11 @@
       const lo = fmtBytes(Math.pow(2, Math.max(LO_BITS - 1, 0)));
       const hi = fmtBytes(Math.pow(2, HI_BITS - 1));
       items.push("size " + lo + " <span class='ramp' style='background:linear-gradient(90deg," + stops.join(",") + ")'></span> " + hi + " (log)");
+    } else if (colourMode === "pool") {
+      D.pools.forEach((name, p) => {
+        const label = p === DEFAULT_POOL ? "default pool" : "private pool (" + escapeHtml(name) + ")";
+        items.push("<span class='sw' style='background:" + css(poolRgb(p)) + "'></span>" + label);
+      });
     } else {
       D.streams.forEach((_, i) => {
         items.push("<span class='sw' style='background:" + css(STREAM_COLOURS[i % STREAM_COLOURS.length]) + "'></span>stream " + streamName(i));
@@ -970,7 +986,7 @@
   // With #selftest in the address, go through what the mouse would do, without a mouse: hit
   // tests and details all over both views, both colourings, a zoom, the first and last moments.
   function selfTest() {
-    for (const mode of ["stream", "size"]) {
+    for (const mode of ["stream", "pool", "size"]) {
       colourMode = mode;
       packColours();
       drawLegend();

@@ -28,6 +28,7 @@ draws on <canvas> in the browser. ``write_png`` uses the same layout, drawn by m
 
 from __future__ import annotations
 
+import bisect
 import html
 import json
 import re
@@ -202,6 +203,7 @@ class _ViewData:
     alloc_free_req: list[int] = field(default_factory=list)
     alloc_end: list[int] = field(default_factory=list)
     alloc_stack: list[int] = field(default_factory=list)
+    alloc_pool: list[int] = field(default_factory=list)  # the pool of the segment it is in
     seg_addr: list[int] = field(default_factory=list)
     seg_size: list[int] = field(default_factory=list)
     seg_stream: list[int] = field(default_factory=list)
@@ -226,6 +228,7 @@ class _ViewData:
         view = cls(n=len(trace), settings=_settings_text(snap.get("allocator_settings")))
         view._read_trace(trace)
         view._add_final_state(segments)
+        view._assign_pools()
         view._sort_allocations()
         return view
 
@@ -307,6 +310,29 @@ class _ViewData:
                 if self.alloc_stack[a] == 0:
                     self.alloc_stack[a] = self._stack(block.get("frames"))
 
+    def _assign_pools(self) -> None:
+        """Each allocation's pool: that of the segment piece holding its address when it
+        began (a sweep over the pieces' lifetimes, pieces of one moment by address)."""
+        default = self._pool((0, 0))
+        events = []  # (moment, order, kind, index): removals, then additions, then allocations
+        for s in range(len(self.seg_addr)):
+            events.append((self.seg_start[s], 1, s))
+            events.append((self.seg_end[s], 0, s))
+        events += [(start, 2, a) for a, start in enumerate(self.alloc_start)]
+        live: list[tuple[int, int]] = []  # (address, piece), sorted
+        self.alloc_pool = [default] * len(self.alloc_addr)
+        for _, kind, k in sorted(events):
+            if kind == 0:
+                del live[bisect.bisect_left(live, (self.seg_addr[k], k))]
+            elif kind == 1:
+                bisect.insort(live, (self.seg_addr[k], k))
+            else:
+                i = bisect.bisect_right(live, (self.alloc_addr[k], len(self.seg_addr))) - 1
+                if i >= 0:
+                    addr, s = live[i]
+                    if self.alloc_addr[k] < addr + self.seg_size[s]:
+                        self.alloc_pool[k] = self.seg_pool[s]
+
     def _sort_allocations(self) -> None:
         """Put allocations in the order of their start; the page's layout walks them so."""
         order = sorted(range(len(self.alloc_addr)), key=lambda a: (self.alloc_start[a], a))
@@ -319,6 +345,7 @@ class _ViewData:
             "alloc_free_req",
             "alloc_end",
             "alloc_stack",
+            "alloc_pool",
         ):
             column = getattr(self, name)
             setattr(self, name, [column[a] for a in order])
@@ -398,6 +425,7 @@ class _ViewData:
                 "freeReq": self.alloc_free_req,
                 "end": self.alloc_end,
                 "stack": self.alloc_stack,
+                "pool": self.alloc_pool,
             },
             "seg": {
                 "addr": self.seg_addr,
