@@ -230,3 +230,21 @@ def test_a_bad_no_caching_value_names_the_variable(monkeypatch):
 
 def test_raw_owner_is_empty_after_the_tests_frees():
     assert all(a.device.type != "sim" or p for p, a in _api._raw_owner.items())
+
+
+# ---- snapshots speak PyTorch's stream numbers -------------------------------------------------
+def test_the_default_stream_is_written_as_pytorchs_0(sim0):
+    vram.memory._record_memory_history("all")
+    try:
+        ptr = caching_allocator_alloc(KiB)
+        side = vram.Stream()
+        other = caching_allocator_alloc(KiB, stream=side)
+        snapshot = vram.memory._snapshot()
+    finally:
+        vram.memory._record_memory_history(None)
+    streams = {s["stream"] for s in snapshot["segments"]}
+    assert streams == {0, side.cuda_stream}
+    allocs = [e for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
+    assert [e["stream"] for e in allocs] == [0, side.cuda_stream]
+    caching_allocator_delete(ptr)
+    caching_allocator_delete(other)

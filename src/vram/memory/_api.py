@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 
-from .._device import Device, as_device
+from .._device import Device, as_device, current_device_obj
 from .._streams import Stream, current_stream
 from ._caching import DeviceCachingAllocator, _allocators, allocator_for
 from ._config import apply_settings, default_config, set_default_config
@@ -29,6 +29,7 @@ __all__ = [
     "get_per_process_memory_fraction",
     "set_allocator_settings",
     "get_allocator_settings",
+    "get_allocator_backend",
     "register_free_memory_callback",
     "unregister_free_memory_callback",
     "attach_out_of_memory_observer",
@@ -154,7 +155,8 @@ def memory_stats(device: object = None) -> dict[str, int]:
 
 def memory_allocated(device: object = None) -> int:
     """Bytes occupied by live allocations (rounded sizes), in O(1)."""
-    return allocator_for(_device(device)).memory_allocated()
+    found = current_device_obj() if device is None else _device(device)
+    return (_allocators.get(found) or allocator_for(found)).memory_allocated()
 
 
 def max_memory_allocated(device: object = None) -> int:
@@ -228,6 +230,14 @@ def get_allocator_settings(device: object = None) -> dict:
     return allocator_for(_device(device)).config.settings()
 
 
+def get_allocator_backend() -> str:
+    """The device allocators' backend (PyTorch's torch.cuda.get_allocator_backend):
+    "native", vram's caching allocator, or "cudaMallocAsync", the driver's stream-ordered
+    pool; the ``backend`` key of VRAM_ALLOC_CONF (PYTORCH_CUDA_ALLOC_CONF), read when an
+    allocator is made."""
+    return default_config().backend
+
+
 def register_free_memory_callback(callback: Callable[[], bool], device: object = None) -> None:
     """Call ``callback()`` before the allocator grows; it returns True if it freed memory.
 
@@ -258,6 +268,11 @@ def attach_out_of_memory_observer(
     if not callable(observer):
         raise TypeError(f"observer: expected a callable, got {observer!r}")
     allocator = allocator_for(_device(device))
+    if getattr(allocator, "backend", "native") != "native":
+        raise RuntimeError(
+            "cudaMallocAsync does not yet support attach_out_of_memory_observer "
+            "(as PyTorch's backend:cudaMallocAsync)"
+        )
     with allocator.locked():
         allocator.oom_observers.append(observer)
 

@@ -126,7 +126,7 @@ class DeviceCachingAllocator:
         self.private_pools: dict[tuple[int, int], Any] = {}  # id -> PrivatePool
         self.routes: list[Route] = []  # requests routed to private pools, latest first
         self._gc_on = False
-        self._divisions = _divisions(self.config)
+        self._settings(self.config)
         if self.config.per_process_memory_fraction < 1.0:
             self._set_fraction(self.config.per_process_memory_fraction)
 
@@ -224,8 +224,7 @@ class DeviceCachingAllocator:
 
     def set_config(self, config: AllocatorConfig) -> None:
         with self._lock:
-            self.config = config
-            self._divisions = _divisions(config)
+            self._settings(config)
             self._gc_on = bool(
                 self.allowed_memory_maximum is not None and config.garbage_collection_threshold
             )
@@ -238,11 +237,13 @@ class DeviceCachingAllocator:
             return self.stats.as_dict(-1 if split == SIZE_MAX else split)
 
     def memory_allocated(self) -> int:
-        """Bytes of live allocations (rounded sizes), in O(1)."""
-        with self._lock:
-            if self._dropped:
-                self._free_dropped()
-            return self.stats.current("allocated_bytes")
+        """Bytes of live allocations (rounded sizes), in O(1). The lock is taken only to
+        free what finalizers left first: the read itself is of plain ints."""
+        if self._dropped:
+            with self._lock:
+                if self._dropped:
+                    self._free_dropped()
+        return self.stats.allocated_bytes()
 
     def reset_peak(self) -> None:
         with self._lock:
@@ -350,11 +351,10 @@ class DeviceCachingAllocator:
             block = self._expandable_choice(pool, block, size, stream)
             if block is None:
                 return None
-        config = self.config
-        max_split = config.max_split_size
-        if size < max_split and block.size >= max_split:
-            return None  # do not hand an oversize block to a small request
-        if size >= max_split and block.size >= size + config.max_non_split_rounding_size:
+        max_split = self._max_split
+        if size < max_split:
+            return None if block.size >= max_split else block  # no oversize block for it
+        if block.size >= size + self.config.max_non_split_rounding_size:
             return None  # nor a far larger oversize block to an oversize request
         return block
 
@@ -384,10 +384,10 @@ class DeviceCachingAllocator:
         pool.remove(block)
         was_split = block.prev is not None or block.next is not None
         rest = block.size - size
-        if pool.is_small or self.config.expandable_segments:
+        if pool.is_small or self._split_always:
             split = rest >= MIN_BLOCK_SIZE
         else:
-            split = rest > SMALL_SIZE and size < self.config.max_split_size
+            split = rest > SMALL_SIZE and size < self._max_split
         # inactive_split (free blocks of split segments, not expandable) as PyTorch counts it
         if split:
             pool.split(block, size)
@@ -402,7 +402,7 @@ class DeviceCachingAllocator:
             self.lifetimes.wait_uses(block, stream)
         self._allocated[block.ptr] = block
         self.stats.alloc(pool.is_small, block.size, orig_size, split_blocks, split_bytes)
-        if block.size >= self.config.max_split_size:
+        if block.size >= self._max_split:
             self._oversize.add(block)
             self.stats.oversize_allocations.increase(1)
         if self.recorder is not None:
@@ -530,7 +530,7 @@ class DeviceCachingAllocator:
             raise ValueError(f"ptr: {ptr:#x} is not a live allocation of {self.device}")
         lifetimes = self.lifetimes
         segment = block.segment
-        if self.config.cross_stream_reuse:
+        if self._note_frees:
             lifetimes.note_free(block, segment.stream)
         pending = bool(lifetimes.stream_uses) and lifetimes.free_waits(block)
         del self._allocated[ptr]  # (the event records above may raise: nothing changed yet)
@@ -710,6 +710,14 @@ class DeviceCachingAllocator:
             return None
         return recorder.record(self, action, addr, size, stream, context)
 
+    def _settings(self, config: AllocatorConfig) -> None:
+        """Take ``config``, and the few of its values the cached path reads on every call."""
+        self.config = config
+        self._divisions = _divisions(config)
+        self._max_split = config.max_split_size
+        self._split_always = config.expandable_segments  # rest >= 512 B splits, as small
+        self._note_frees = config.cross_stream_reuse
+
     def _set_fraction(self, fraction: float) -> None:
         """PyTorch's setMemoryFraction: a share of the total that cudaMemGetInfo reports now."""
         total = self.driver.mem_get_info(self.index)[1]
@@ -826,8 +834,12 @@ def allocator_for(device: object = None) -> DeviceCachingAllocator:
         with _allocators_lock:
             allocator = _allocators.get(found)
             if allocator is None:
-                kind = UncachedAllocator if no_caching_requested() else DeviceCachingAllocator
-                allocator = _allocators[found] = kind(found)
+                config = default_config()
+                if config.backend == "cudaMallocAsync":  # the driver's pool (_async)
+                    from ._async import AsyncAllocator as kind
+                else:
+                    kind = UncachedAllocator if no_caching_requested() else DeviceCachingAllocator
+                allocator = _allocators[found] = kind(found, config)
                 for hook in allocator_created_hooks:
                     hook(allocator)
     return allocator

@@ -106,15 +106,16 @@ class History:
             self.entries.append((action, addr, size, stream, time.time_ns() // 1000, kept))
         return state
 
-    def trace(self) -> list[dict]:
-        """The ring as PyTorch's device trace entries, oldest first."""
+    def trace(self, default_stream: int = 0) -> list[dict]:
+        """The ring as PyTorch's device trace entries, oldest first; the device's default
+        stream (``default_stream``, its driver handle) is written as PyTorch's 0."""
         return [
             {
                 "action": action,
                 "addr": addr,
                 "frames": frames_to_dicts(frames),
                 "size": size,
-                "stream": stream,
+                "stream": 0 if stream == default_stream else stream,
                 "time_us": time_us,
                 "compile_context": "N/A",
                 "user_metadata": "",

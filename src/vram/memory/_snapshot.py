@@ -72,6 +72,11 @@ def _record_memory_history(
     found = as_device(device)
     if found.type == "cpu":
         raise ValueError("device: the cpu device has no caching allocator")
+    if enabled is not None and default_config().backend != "native":
+        raise RuntimeError(
+            "cudaMallocAsync does not yet support recordHistory (as PyTorch's "
+            "backend:cudaMallocAsync)"
+        )
     if enabled is None:
         _settings = None
     else:
@@ -148,6 +153,7 @@ def _segment(allocator: DeviceCachingAllocator, head: Block) -> dict:
     segment = head.segment
     pool = segment.pool
     expandable = segment.expandable is not None
+    default = allocator.driver.default_stream(allocator.index)  # written as PyTorch's 0
     return {
         "device": allocator.index,
         "address": head.ptr,
@@ -155,7 +161,7 @@ def _segment(allocator: DeviceCachingAllocator, head: Block) -> dict:
         "allocated_size": allocated,
         "active_size": active,
         "requested_size": requested,
-        "stream": segment.stream,
+        "stream": 0 if segment.stream == default else segment.stream,
         "segment_type": "small" if pool.is_small else "large",
         "segment_pool_id": pool.owner.id if pool.owner is not None else (0, 0),
         "is_expandable": expandable,
@@ -201,7 +207,8 @@ def _snapshot(device: object = None) -> dict:
         with allocator.locked():
             history = getattr(allocator.recorder, "history", None)
             if history is not None:
-                traces[allocator.index] = history.trace()
+                default = allocator.driver.default_stream(allocator.index)
+                traces[allocator.index] = history.trace(default)
     segments.sort(key=lambda s: s["address"])
     own = _caching._allocators.get(found)
     config = own.config if own is not None else default_config()

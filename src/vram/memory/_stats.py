@@ -106,6 +106,7 @@ class Usage:
         "pending_bytes",
         "pending_requested",
         "base",
+        "base_bytes",
     )
 
     def __init__(self) -> None:
@@ -113,6 +114,7 @@ class Usage:
         self.frees = self.free_bytes = self.free_requested = 0
         self.pending = self.pending_bytes = self.pending_requested = 0
         self.base = (0, 0, 0)  # (count, bytes, requested) in use when the sums restarted
+        self.base_bytes = 0  # base[1], read on its own by allocated_bytes()
 
     def currents(self) -> tuple[int, int, int, int, int]:
         """(allocation, allocated_bytes, active, active_bytes, requested_bytes) now."""
@@ -131,7 +133,7 @@ class Usage:
     def current(self, i: int) -> int:
         """One value of ``currents()`` (0 allocation ... 4 requested_bytes), cheaply."""
         if i == 1:
-            return self.base[1] + self.alloc_bytes - self.free_bytes
+            return self.base_bytes + self.alloc_bytes - self.free_bytes
         return self.currents()[i]
 
     def restart(self) -> None:
@@ -139,6 +141,7 @@ class Usage:
         allocation, allocated, _, _, _ = self.currents()
         requested = self.base[2] + self.alloc_requested - self.free_requested
         self.base = (allocation, allocated, requested)
+        self.base_bytes = allocated
         self.allocs = self.alloc_bytes = self.alloc_requested = 0
         self.frees = self.free_bytes = self.free_requested = 0
 
@@ -163,6 +166,33 @@ class _Peaks:
         self.room_requested = values[4] - currents[4]
 
 
+class _SplitCounts:
+    """inactive_split(_bytes) of one pool kind: currents, sums of increases and decreases,
+    peaks."""
+
+    __slots__ = (
+        "blocks",
+        "nbytes",
+        "blocks_up",
+        "blocks_down",
+        "bytes_up",
+        "bytes_down",
+        "peak_blocks",
+        "peak_bytes",
+    )
+
+    def __init__(self) -> None:
+        self.blocks = self.nbytes = 0
+        self.blocks_up = self.blocks_down = self.bytes_up = self.bytes_down = 0
+        self.peak_blocks = self.peak_bytes = 0
+
+    def reset_peak(self) -> None:
+        self.peak_blocks, self.peak_bytes = self.blocks, self.nbytes
+
+    def reset_accumulated(self) -> None:
+        self.blocks_up = self.blocks_down = self.bytes_up = self.bytes_down = 0
+
+
 class DeviceStats:
     """The memory_stats counters of one device allocator."""
 
@@ -173,8 +203,8 @@ class DeviceStats:
         # per call): [all, small, large] each
         self.segment = _group()
         self.reserved_bytes = _group()
-        self.inactive_split = _group()
-        self.inactive_split_bytes = _group()
+        self.split = (_SplitCounts(), _SplitCounts())  # inactive_split: (small, large)
+        self.split_peaks = [0, 0]  # the aggregate's peaks: (blocks, bytes)
         self.oversize_allocations = Stat()
         self.oversize_segments = Stat()
         self.num_alloc_retries = 0
@@ -202,10 +232,8 @@ class DeviceStats:
             every.catch_up(self._currents_all())
         if mine.room_bytes < 0 or mine.room_count < 0 or mine.room_requested < 0:
             mine.catch_up(usage.currents())
-        if split:
-            self._split(self.inactive_split, small, split)
-        if split_bytes:
-            self._split(self.inactive_split_bytes, small, split_bytes)
+        if split or split_bytes:
+            self._split(small, split, split_bytes)
 
     def free(self, small: bool, size: int, requested: int, split: int, split_bytes: int) -> None:
         """The user freed a block and it is back in its pool (a free with no events to
@@ -221,10 +249,8 @@ class DeviceStats:
         mine.room_count += 1
         mine.room_bytes += size
         mine.room_requested += requested
-        if split:
-            self._split(self.inactive_split, small, split)
-        if split_bytes:
-            self._split(self.inactive_split_bytes, small, split_bytes)
+        if split or split_bytes:
+            self._split(small, split, split_bytes)
 
     def free_requested(self, small: bool, size: int, requested: int) -> None:
         """The user freed a block that still waits for record_stream events (pending):
@@ -245,32 +271,53 @@ class DeviceStats:
         usage.pending -= 1
         usage.pending_bytes -= size
         usage.pending_requested -= requested
-        if split:
-            self._split(self.inactive_split, small, split)
-        if split_bytes:
-            self._split(self.inactive_split_bytes, small, split_bytes)
+        if split or split_bytes:
+            self._split(small, split, split_bytes)
 
-    @staticmethod
-    def _split(stat: tuple[Stat, Stat, Stat], small: bool, delta: int) -> None:
-        """inactive_split(_bytes) moves by the net change of one call (PyTorch applies it
-        once, as one increase or decrease) in the aggregate and in the pool kind."""
-        every, mine = stat[0], stat[1 if small else 2]
-        if delta > 0:
-            current = every.current + delta
-            every.current = current
-            every.allocated += delta
-            if current > every.peak:
-                every.peak = current
-            current = mine.current + delta
-            mine.current = current
-            mine.allocated += delta
-            if current > mine.peak:
-                mine.peak = current
-        else:
-            every.current += delta
-            every.freed -= delta
-            mine.current += delta
-            mine.freed -= delta
+    def _split(self, small: bool, blocks: int, nbytes: int) -> None:
+        """inactive_split moves by the net change of one call (PyTorch applies it once, as
+        one increase or decrease per stat); the aggregate's sums are the kinds' sums, so
+        only its peaks are kept here."""
+        mine = self.split[0 if small else 1]
+        if nbytes > 0:
+            mine.nbytes += nbytes
+            mine.bytes_up += nbytes
+            if mine.nbytes > mine.peak_bytes:
+                mine.peak_bytes = mine.nbytes
+            every = self.split[0].nbytes + self.split[1].nbytes
+            if every > self.split_peaks[1]:
+                self.split_peaks[1] = every
+        elif nbytes < 0:
+            mine.nbytes += nbytes
+            mine.bytes_down -= nbytes
+        if blocks > 0:
+            mine.blocks += blocks
+            mine.blocks_up += blocks
+            if mine.blocks > mine.peak_blocks:
+                mine.peak_blocks = mine.blocks
+            every = self.split[0].blocks + self.split[1].blocks
+            if every > self.split_peaks[0]:
+                self.split_peaks[0] = every
+        elif blocks < 0:
+            mine.blocks += blocks
+            mine.blocks_down -= blocks
+
+    def _split_stats(self, pool: int) -> tuple[Stat, Stat]:
+        """inactive_split and inactive_split_bytes of a group (0 all, 1 small, 2 large)."""
+        parts = self.split if pool == 0 else (self.split[pool - 1],)
+        blocks = Stat(
+            sum(p.blocks for p in parts),
+            self.split_peaks[0] if pool == 0 else parts[0].peak_blocks,
+            sum(p.blocks_up for p in parts),
+            sum(p.blocks_down for p in parts),
+        )
+        nbytes = Stat(
+            sum(p.nbytes for p in parts),
+            self.split_peaks[1] if pool == 0 else parts[0].peak_bytes,
+            sum(p.bytes_up for p in parts),
+            sum(p.bytes_down for p in parts),
+        )
+        return blocks, nbytes
 
     # ---- the slow path ------------------------------------------------------------------
     def segment_added(self, small: bool, nbytes: int, new_segment: bool = True) -> None:
@@ -317,8 +364,18 @@ class DeviceStats:
         decreases = (frees, free_bytes, done, done_bytes, done_requested)
         return [Stat(currents[i], peaks[i], increases[i], decreases[i]) for i in range(5)]
 
+    def allocated_bytes(self) -> int:
+        """allocated_bytes.all.current: what memory_allocated() returns, in a few additions."""
+        small, large = self.usage
+        return (
+            small.base_bytes + small.alloc_bytes - small.free_bytes
+            + large.base_bytes + large.alloc_bytes - large.free_bytes
+        )  # fmt: skip
+
     def current(self, name: str, pool: int = 0) -> int:
         """The current value of one stat (``pool``: 0 all, 1 small, 2 large) in O(1)."""
+        if name in ("inactive_split", "inactive_split_bytes"):
+            return self._split_stats(pool)[name == "inactive_split_bytes"].current
         i = _USAGE.get(name)
         if i is None:
             return getattr(self, name)[pool].current
@@ -327,6 +384,8 @@ class DeviceStats:
         return self.usage[0].current(i) + self.usage[1].current(i)
 
     def peak(self, name: str, pool: int = 0) -> int:
+        if name in ("inactive_split", "inactive_split_bytes"):
+            return self._split_stats(pool)[name == "inactive_split_bytes"].peak
         if name in _USAGE:
             return self.usage_stats(pool)[_USAGE[name]].peak
         return getattr(self, name)[pool].peak
@@ -336,6 +395,7 @@ class DeviceStats:
         out: dict[str, int] = {}
         for pool, pool_name in enumerate(POOL_NAMES):
             usage = dict(zip(_USAGE, self.usage_stats(pool), strict=True))
+            usage["inactive_split"], usage["inactive_split_bytes"] = self._split_stats(pool)
             for name in STAT_NAMES:
                 stat = usage[name] if name in usage else getattr(self, name)[pool]
                 for field, value in zip(FIELDS, stat.fields(), strict=True):
@@ -356,12 +416,17 @@ class DeviceStats:
             currents = self._currents_all() if pool == 0 else self.usage[pool - 1].currents()
             peaks.values = list(currents)
             peaks.room_count = peaks.room_bytes = peaks.room_requested = 0
+        for counts in self.split:
+            counts.reset_peak()
+        self.split_peaks = [sum(c.blocks for c in self.split), sum(c.nbytes for c in self.split)]
         for stat in self._stats():
             stat.reset_peak()
 
     def reset_accumulated(self) -> None:
         for usage in self.usage:
             usage.restart()
+        for counts in self.split:
+            counts.reset_accumulated()
         for stat in self._stats():
             stat.reset_accumulated()
         self.num_alloc_retries = 0
@@ -371,7 +436,7 @@ class DeviceStats:
         self.num_device_free = 0
 
     def _stats(self) -> list[Stat]:
-        groups = (self.segment, self.reserved_bytes, self.inactive_split, self.inactive_split_bytes)
+        groups = (self.segment, self.reserved_bytes)
         return [s for g in groups for s in g] + [self.oversize_allocations, self.oversize_segments]
 
 
