@@ -119,7 +119,9 @@ def test_peak_memory_is_the_eager_steps_and_replays_keep_addresses(cuda0):
     assert [p.data_ptr() for p in params] == pointers
 
 
-def _capture_temporaries(nbytes: int, pool=None) -> vram.CUDAGraph:
+def _capture_temporaries(nbytes: int, pool=None) -> tuple[vram.CUDAGraph, vram.Tensor]:
+    """A graph whose capture allocates ``nbytes`` twice (freed at its end), and its input
+    (which must live as long as the graph replays)."""
     x = vram.ones(nbytes // 4)
     (x * 2.0) + 1.0  # warm-up: the kernels are compiled before the capture
     g = vram.CUDAGraph()
@@ -127,7 +129,7 @@ def _capture_temporaries(nbytes: int, pool=None) -> vram.CUDAGraph:
         y = x * 2.0
         z = y + 1.0
         del y, z
-    return g
+    return g, x
 
 
 def _pool_bytes(pool) -> int:
@@ -135,11 +137,11 @@ def _pool_bytes(pool) -> int:
 
 
 def test_graphs_sharing_a_pool_use_the_memory_of_the_larger(cuda0):
-    a = _capture_temporaries(64 * MiB)
+    a, input_a = _capture_temporaries(64 * MiB)
     alone = _pool_bytes(a.pool())
-    b = _capture_temporaries(48 * MiB, pool=a.pool())
+    b, input_b = _capture_temporaries(48 * MiB, pool=a.pool())
     assert _pool_bytes(a.pool()) == alone  # b fits in what a needed
-    c = _capture_temporaries(48 * MiB)  # a pool of its own
+    c, input_c = _capture_temporaries(48 * MiB)  # a pool of its own
     print("pool of a and b", alone, "pool of c", _pool_bytes(c.pool()))
     assert 0 < _pool_bytes(c.pool()) < alone
     for graph in (a, b, c):
@@ -196,14 +198,15 @@ def test_make_graphed_callables_and_debug_dump(cuda0, tmp_path):
     np.testing.assert_allclose(graphed(inp).numpy(), expected, rtol=1e-6)
     kept = vram.CUDAGraph(keep_graph=True)
     x = vram.ones(8)
-    x.add_(1.0)
+    x.add_(1.0)  # warm-up: both kernels compiled before the capture
+    x.mul_(1.0)
     with vram.graph(kept):
         x.add_(1.0)
         x.mul_(2.0)
     kept.debug_dump(str(tmp_path / "graph.dot"))
     assert "digraph" in (tmp_path / "graph.dot").read_text()
     kept.replay()
-    assert x.numpy()[0] == 4.0
+    assert x.numpy()[0] == 6.0
 
 
 # ---- CUDA's answers to illegal work during capture, and the sim's ----------------------

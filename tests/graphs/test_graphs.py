@@ -129,7 +129,8 @@ def test_temporaries_live_in_the_graphs_pool_at_the_same_addresses(sim0):
 
 
 def _capture_temporaries(nbytes: int, pool=None) -> vram.CUDAGraph:
-    """A graph whose capture allocates ``nbytes`` of temporaries (freed at its end)."""
+    """A graph whose capture allocates ``nbytes`` twice (freed at its end). Its input is
+    freed on return: these graphs are never replayed."""
     x = vram.ones(nbytes // 4, device="sim:0")
     g = vram.CUDAGraph()
     with vram.graph(g, pool=pool):
