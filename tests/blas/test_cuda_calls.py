@@ -19,7 +19,7 @@ import pytest
 
 import vram
 from vram._tensor import ndarray_view
-from vram.blas import _cuda, _tunable
+from vram.blas import _cuda, _functions, _tunable
 from vram.driver import _cublas
 
 _DTYPES = {code: name for name, code in _cublas.DATA_TYPES.items()}
@@ -37,7 +37,7 @@ class ReferenceBlas:
         self.calls: list[tuple[str, dict]] = []  # (function, what it was given)
         self.streams: dict[int, int] = {}
         self.math: dict[int, int] = {}
-        self.workspace_requests: list[int] = []
+        self.workspace_requests: list[tuple[int, str]] = []
 
     def install(self, monkeypatch) -> None:
         for name in (
@@ -70,8 +70,10 @@ class ReferenceBlas:
         self.math[handle] = mode
 
     def get_workspace(self, nbytes, *, library, device=None, stream=None) -> int:
-        self.workspace_requests.append(nbytes)
-        buffer = vram.empty(nbytes, dtype=vram.uint8, device=device)
+        self.workspace_requests.append((nbytes, library))
+        buffer = vram.empty(
+            nbytes, dtype=vram.uint8, device=stream.device if device is None else device
+        )
         self._keep = buffer
         return buffer.data_ptr()
 
@@ -153,9 +155,8 @@ class ReferenceBlas:
             result += vector.astype(np.float64)[None, :, None]
         result = _act(result, 1 if "RELU" in epilogue else 2 if "GELU" in epilogue else 0)
         D[...] = result.astype(D.dtype)
-        self.calls.append(
-            ("lt", {**info, "algo": int(np.frombuffer(ctypes.string_at(algo, 8), np.uint64)[0])})
-        )
+        algo = int(np.frombuffer(ctypes.string_at(algo, 8), np.uint64)[0])
+        self.calls.append(("lt", {**info, "algo": algo, "workspace_bytes": wsb}))
 
     def _gemm(
         self,
@@ -419,17 +420,24 @@ def test_k_zero_makes_no_library_call(ref):
     assert ref.calls == []
 
 
-def test_workspace_only_for_algorithms_that_need_one(ref):
+def test_workspace_only_for_algorithms_that_need_one(ref, monkeypatch):
     a, b = rand((6, 5), 22), rand((5, 7), 23)
     out = vram.empty((6, 7), device="sim:0")
     run(out, a, b)  # the heuristic's first algorithm needs none
     assert ref.workspace_requests == []
-    run(out, a, b, algo=2)  # the second needs 4096 bytes
-    assert ref.workspace_requests == [4096]
+    run(out, a, b, algo=2)  # the second needs 4096 bytes: the stream's cuBLAS workspace
+    size = vram.blas.cublas_workspace_size(9, 0)
+    assert ref.workspace_requests == [(size, "cublas")]
+    assert ref.calls[-1][1]["workspace_bytes"] == 4096
     expect(out, host(a) @ host(b))
     vram.backends.cuda.preferred_blas_library("cublas")
     run(out, a, b)
-    assert ref.workspace_requests[-1] == vram.blas.cublas_workspace_size(9, 0)
+    assert ref.workspace_requests[-1] == (size, "cublas")
+    monkeypatch.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "0")
+    vram.backends.cuda.preferred_blas_library("cublaslt")  # a new plan reads the variable
+    run(out, a, b, algo=2)
+    assert ref.workspace_requests[-1] == (vram.blas.cublaslt_workspace_size(9, 0), "cublaslt")
+    assert ref.preference[0] == 1024 * 1024
 
 
 def test_tunableop_on_the_gpu_path_rejects_a_wrong_candidate(ref, monkeypatch):
@@ -474,15 +482,88 @@ def test_an_epilogue_cublaslt_cannot_run_falls_back_to_the_unfused_product(ref, 
     assert kind == "lt" and _EPILOGUES[info["EPILOGUE"]] == "RELU"  # bias copied into out first
 
 
-def test_without_get_workspace_cublaslt_takes_a_block_for_the_call(ref, monkeypatch):
-    monkeypatch.delattr(vram.memory, "get_workspace", raising=False)
-    set_workspace = []
-    monkeypatch.setattr(_cublas, "set_workspace", lambda *args: set_workspace.append(args))
-    a, b = rand((6, 5), 29), rand((5, 7), 30)
+# ---- Note [mm's plans]: vram.mm keeps each problem's plan -----------------------------------
+
+
+@pytest.fixture
+def mm_on_ref(ref, monkeypatch):
+    """vram.mm on sim tensors through the GPU kernel's plans (and the reference BLAS)."""
+
+    def cuda_plan(out, a, b, pointers):
+        stream = vram.current_stream(out.device)
+        return _cuda.plan(stream, out, a, b, out, 0.0, 0, -1, pointers)
+
+    monkeypatch.setattr(_functions, "product_plan", cuda_plan)
+    _functions.clear_plans()
+    yield ref
+    _functions.clear_plans()
+
+
+def test_mm_makes_a_plan_once_per_problem(mm_on_ref):
+    ref = mm_on_ref
+    a, b = rand((6, 5), 31), rand((5, 7), 32)
     out = vram.empty((6, 7), device="sim:0")
-    before = vram.memory.memory_allocated("sim:0")
-    expect(run(out, a, b, algo=2), host(a) @ host(b))  # this algorithm needs 4096 bytes
-    assert vram.memory.memory_allocated("sim:0") == before  # given back after the call
+    expect(vram.mm(a, b), host(a) @ host(b))
+    made = len(ref.descs)
+    for seed in range(3):  # new tensors of the same problem: the same plan
+        c, d = rand((6, 5), 40 + seed), rand((5, 7), 50 + seed)
+        expect(vram.mm(c, d), host(c) @ host(d))
+        expect(vram.mm(c, d, out=out), host(c) @ host(d))
+    assert len(ref.descs) == made == 1  # out= is the same GEMM: one descriptor for both
+    assert [kind for kind, _ in ref.calls] == ["lt"] * 7
+    expect(vram.mm(a.t().contiguous().t(), b), host(a) @ host(b))  # other strides: new plan
+    assert len(ref.descs) == 2 and ref.descs[max(ref.descs)]["TRANSB"] == _cublas.OP_T
+
+
+def test_mm_plans_follow_settings_and_alignment(mm_on_ref):
+    ref = mm_on_ref
+    a, b = rand((6, 5), 33), rand((5, 7), 34)
+    vram.mm(a, b)
+    assert ref.calls[-1][1]["compute"] == _cublas.COMPUTE_TYPES["32F"]
+    vram.backends.cuda.matmul.allow_tf32 = True
+    vram.mm(a, b)
+    assert ref.calls[-1][1]["compute"] == _cublas.COMPUTE_TYPES["32F_FAST_TF32"]
     vram.backends.cuda.preferred_blas_library("cublas")
-    expect(run(out, a, b), host(a) @ host(b))
-    assert set_workspace == []  # cuBLAS keeps its own
+    expect(vram.mm(a, b), host(a) @ host(b))
+    assert ref.calls[-1][0] == "cublas"
+    vram.backends.cuda.preferred_blas_library("cublaslt")
+    vram.mm(a, b)
+    assert ref.preference[1] == (256, 256, 256, 256)
+    wide = rand((6, 6), 35)
+    shifted = wide[:, 1:]  # 4 bytes past an aligned pointer
+    expect(vram.mm(shifted, b), host(shifted) @ host(b))
+    assert ref.preference[1] == (4, 4, 4, 4)
+    expect(vram.mm(a, b), host(a) @ host(b))
+    assert ref.preference[1] == (4, 4, 4, 4)  # the aligned problem's plan was kept
+
+
+def test_mm_checks_what_its_plans_do_not_decide(mm_on_ref):
+    a, b = rand((6, 6), 36), rand((6, 6), 37)
+    out = vram.empty((6, 6), device="sim:0")
+    vram.mm(a, b, out=out)
+    with pytest.raises(RuntimeError, match="'out' and 'input' share memory"):
+        vram.mm(a, b, out=a)  # the same problem as above but for out's storage
+    with pytest.raises(RuntimeError, match="one dtype"):
+        vram.mm(a, rand((6, 6), 38, vram.float64))
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        vram.mm(a, rand((5, 6), 39))
+    with pytest.raises(TypeError, match="'mat2' is None"):
+        vram.mm(a, None)
+    expect(vram.mm(a, b, out=out), host(a) @ host(b))
+
+
+def test_tunableop_state_changes_replace_mm_plans(mm_on_ref):
+    ref = mm_on_ref
+    a, b = rand((8, 16), 41), rand((16, 4), 42)
+    vram.mm(a, b)
+    assert ref.calls[-1][1]["algo"] == 100  # the heuristic's first
+    vram.cuda.tunable.enable()
+    expect(vram.mm(a, b), host(a) @ host(b))
+    ((_, params, solution, _),) = vram.cuda.tunable.get_results()
+    assert params == "nn_4_8_16_ld_4_16_4"
+    ref.calls.clear()
+    vram.mm(a, b)
+    vram.mm(a, b)
+    tuned = ref.calls[-1]
+    assert len(ref.calls) == 2 and tuned == ref.calls[0]
+    assert (tuned[0] == "cublas") == (solution == "Default")

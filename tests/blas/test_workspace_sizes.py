@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vram.blas import cublas_workspace_size, cublaslt_workspace_size
+from vram.blas import cublas_workspace_size, cublaslt_workspace_library, cublaslt_workspace_size
 
 KiB, MiB = 1024, 1024 * 1024
 
@@ -19,7 +19,15 @@ def _clean_env(monkeypatch):
 def test_defaults_hopper_and_others():
     assert cublas_workspace_size(9, 0) == 32 * MiB  # :4096:8
     assert cublas_workspace_size(8, 0) == 8 * MiB + 128 * KiB  # :4096:2:16:8
-    assert cublaslt_workspace_size(9, 0) == 1 * MiB
+    assert cublaslt_workspace_size(9, 0) == 32 * MiB  # unified: all of cuBLAS's
+    assert cublaslt_workspace_size(8, 0) == 8 * MiB + 128 * KiB
+    assert cublaslt_workspace_library() == "cublas"
+
+
+def test_not_unified_cublaslt_has_a_workspace_of_its_own(monkeypatch):
+    monkeypatch.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "0")
+    assert cublaslt_workspace_size(9, 0) == 1 * MiB  # pytorch#73328
+    assert cublaslt_workspace_library() == "cublaslt"
 
 
 @pytest.mark.parametrize(
@@ -47,3 +55,6 @@ def test_cublaslt_size_in_kib_capped_by_cublas_unless_not_unified(monkeypatch):
     monkeypatch.setenv("CUBLASLT_WORKSPACE_SIZE", "lots")
     with pytest.warns(RuntimeWarning, match="invalid CUBLASLT_WORKSPACE_SIZE"):
         assert cublaslt_workspace_size(9, 0) == 1 * MiB
+    monkeypatch.delenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE")
+    with pytest.warns(RuntimeWarning, match="default workspace size of 128 KiB"):
+        assert cublaslt_workspace_size(9, 0) == 128 * KiB  # unified: all of cuBLAS's

@@ -13,6 +13,10 @@ import threading
 
 __all__ = ["matmul", "preferred_linalg_library", "preferred_blas_library"]
 
+# Bumped whenever a setting changes: caches of what a setting decides (vram.blas's plans)
+# key on it instead of reading every setting at each call.
+generation = 0
+
 
 class _MatmulSettings:
     """torch.backends.cuda.matmul: what cuBLAS may do to go faster in a matrix product.
@@ -36,7 +40,9 @@ class _MatmulSettings:
     def __setattr__(self, name: str, value: object) -> None:
         if not isinstance(value, bool):
             raise TypeError(f"matmul.{name} must be a bool, got {value!r}")
+        global generation
         object.__setattr__(self, name, value)
+        generation += 1
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)}" for name in self.__slots__)
@@ -56,8 +62,10 @@ def _prefer(kind: str, choices: tuple[str, ...], backend: str | None) -> str:
         return _preferred[kind]
     if not isinstance(backend, str) or backend.lower() not in choices:
         raise ValueError(f"backend: expected one of {', '.join(choices)} or None, got {backend!r}")
+    global generation
     with _lock:
         _preferred[kind] = backend.lower()
+        generation += 1
     return _preferred[kind]
 
 

@@ -7,7 +7,11 @@ tensor layer's dispatch table (``@``, ``Tensor.matmul``, ``Tensor.mm``).
 
 from ._functions import addmm, baddbmm, bmm, matmul, mm
 from ._ops import GEMM_DTYPES, gemm_op
-from ._workspace import cublas_workspace_size, cublaslt_workspace_size
+from ._workspace import (
+    cublas_workspace_size,
+    cublaslt_workspace_library,
+    cublaslt_workspace_size,
+)
 
 __all__ = [
     "GEMM_DTYPES",
@@ -15,6 +19,7 @@ __all__ = [
     "baddbmm",
     "bmm",
     "cublas_workspace_size",
+    "cublaslt_workspace_library",
     "cublaslt_workspace_size",
     "gemm_op",
     "matmul",

@@ -4,12 +4,13 @@ A *plan* is everything one problem needs that does not change between calls: the
 column-major call (``_layout``), and for cuBLASLt its matmul descriptor, matrix layouts and
 chosen algorithm; for cuBLAS the math mode. Plans are cached per thread (their descriptors
 hold per-call state such as the bias pointer, so threads never share one), keyed by
-(device, dtype, shapes, strides, pointer alignment, bias form, activation, algorithm, the
-``vram.backends.cuda`` flags and preferred library, TunableOp's generation). A repeated
-call is then a dict lookup, two scalar stores, and ``cublasLtMatmul`` on the current
-stream: no descriptor creation, no heuristic query.
+(device, dtype, shapes, strides, pointer alignment, bias form, activation, algorithm, and
+the generations of the ``vram.backends.cuda`` settings and of TunableOp, which change
+whenever a flag, the preferred library or a tuning result does). A repeated call is then a
+dict lookup, and ``cublasLtMatmul`` on the current stream: no descriptor creation, no
+heuristic query, no setting read.
 
-Which library (``vram.backends.cuda.preferred_blas_library()``, read at each call):
+Which library (``vram.backends.cuda.preferred_blas_library()``, read when a plan is made):
 - "cublaslt" (vram's default): cuBLASLt, the first algorithm of its heuristic.
 - "cublas": PyTorch's default route, ``cublasGemmEx`` / ``cublasGemmStridedBatchedEx``
   with ``cublasSetStream``, ``cublasSetWorkspace`` and the math mode set on each call.
@@ -22,14 +23,12 @@ Which library (``vram.backends.cuda.preferred_blas_library()``, read at each cal
 Precision: fp32, fp16 and bf16 accumulate in fp32 (``CUBLAS_COMPUTE_32F``); fp32 uses TF32
 only when ``matmul.allow_tf32``; fp16/bf16 split-K reductions stay in fp32 unless the
 ``allow_*_reduced_precision_reduction`` flag allows otherwise; fp64 is ``COMPUTE_64F``.
-Workspaces come from ``vram.memory.get_workspace`` (per library, device, stream, thread).
 
-Note [Workspaces before get_workspace]: where the memory package does not have
-``get_workspace`` yet, a cuBLASLt call that needs a workspace takes it from the caching
-allocator for the call (freed once the call is queued: the block goes back to this stream,
-whose later work runs after the call, as PyTorch's own cuBLASLt path did with at::empty),
-and the cuBLAS handle keeps the workspace cuBLAS allocates itself (setting one the handle
-would outlive could leave it pointing at freed memory for the next user of the handle).
+Workspaces come from ``vram.memory.get_workspace`` (per library, device, stream, thread),
+sized as PyTorch sizes them (``_workspace``): cuBLAS's is set on the handle at each call;
+cuBLASLt's is the cuBLAS one of the stream (PyTorch's unified workspace; a buffer of its own
+with ``TORCH_CUBLASLT_UNIFIED_WORKSPACE=0``), asked for only when the plan's algorithm
+needs workspace.
 """
 
 from __future__ import annotations
@@ -49,9 +48,13 @@ from ..driver import _cublas
 from ..ops import _launch, binary, copy, fill
 from . import _tunable
 from ._layout import OP_N, GemmCall, plan_call
-from ._workspace import cublas_workspace_size, cublaslt_workspace_size
+from ._workspace import (
+    cublas_workspace_size,
+    cublaslt_workspace_library,
+    cublaslt_workspace_size,
+)
 
-__all__ = ["gemm", "activate", "clear_plans"]
+__all__ = ["gemm", "plan", "activate", "clear_plans"]
 
 _SCALE = {  # dtype -> (NumPy scale type, compute type name, cudaDataType of the scale)
     float32: (np.float32, "32F", "float32"),
@@ -116,7 +119,27 @@ def gemm(
         _bias_only(out, bias, beta, activation, stream)
         return
     pa, pb, po = a.data_ptr(), b.data_ptr(), out.data_ptr()
-    pointers = pa | pb | po | _MAX_ALIGN
+    found = plan(stream, out, a, b, bias, beta, activation, algo, pa | pb | po)
+    found.run(stream, out, a, b, bias, beta, alpha, pa, pb, po)
+
+
+def plan(
+    stream: Stream,
+    out: Tensor,
+    a: Tensor,
+    b: Tensor,
+    bias: Tensor,
+    beta: Any,
+    activation: int,
+    algo: int,
+    pointers: int,
+) -> Any:
+    """This thread's cached plan of the problem (made on first sight; M, N and K > 0).
+
+    ``pointers`` is the bitwise or of a's, b's and out's data pointers (their alignment is
+    part of the problem). The plan's ``run(stream, out, a, b, bias, beta, alpha, pa, pb,
+    po)`` queues the product on ``stream``.
+    """
     if beta == 0:
         mode, bias_key = _NO_BIAS, None
     elif bias is out:
@@ -124,10 +147,9 @@ def gemm(
     else:
         mode, bias_key = _BIAS, (bias.shape, bias.stride(), beta == 1)
         pointers |= bias.data_ptr()
-    dt = out.dtype
     key = (
         stream.device.index,
-        dt.name,
+        out.dtype.name,  # a str's hash is cached; the dtype's is computed
         a.shape,
         a.stride(),
         b.shape,
@@ -138,19 +160,19 @@ def gemm(
         bias_key,
         activation,
         algo,
-        _flag(dt),
-        _backends.preferred_blas_library(),
-        pointers & -pointers,
+        pointers & (_MAX_ALIGN - 1),
+        _backends.generation,
         _tunable.state.generation,
     )
     plans = _local.plans
-    plan = plans.get(key)
-    if plan is None:
-        plan = _build(key, stream, out, a, b, bias, beta, alpha, mode, activation, algo)
+    found = plans.get(key)
+    if found is None:
+        align = (pointers | _MAX_ALIGN) & -(pointers | _MAX_ALIGN)
+        found = _build(stream, out, a, b, bias, beta, mode, activation, algo, align)
         if len(plans) >= _MAX_PLANS:
             del plans[next(iter(plans))]
-        plans[key] = plan
-    plan.run(stream, out, a, b, bias, beta, alpha, pa, pb, po)
+        plans[key] = found
+    return found
 
 
 # ---- building a plan -----------------------------------------------------------------------
@@ -179,17 +201,16 @@ def _reduced_precision_ok(dt: Any, flag: bool) -> bool:
 
 
 def _build(
-    key: tuple,
     stream: Stream,
     out: Tensor,
     a: Tensor,
     b: Tensor,
     bias: Tensor,
     beta: Any,
-    alpha: Any,
     mode: int,
     activation: int,
     algo: int,
+    align: int,
 ) -> Any:
     m, n, k = out.shape[-2], out.shape[-1], a.shape[-1]
     batch = out.shape[0] if out.ndim == 3 else 1
@@ -199,28 +220,28 @@ def _build(
     if call is None:
         return _StagedPlan(copy_a, copy_b, temp, activation, algo)
     dt = out.dtype
+    flag = _flag(dt)
     fused = (
         mode == _BIAS and beta == 1 and call.swap and batch == 1 and m > 1 and _is_bias_row(bias, n)
     )
-    library = key[13]
     if algo == -1:
         if _tunable.state.is_enabled():
-            algo = _tuned(call, stream, out, a, b, bias, beta, alpha, mode, activation, fused)
-        elif fused or library == "cublaslt":
+            algo = _tuned(call, stream, out, a, b, bias, beta, mode, activation, fused)
+        elif fused or _backends.preferred_blas_library() == "cublaslt":
             algo = 1
         else:
             algo = 0
     device = stream.device
     if algo == 0 and not fused:
-        return _BlasPlan(call, dt, device, mode, activation, key[12])
-    plan = _lt_plan(call, dt, device, mode, activation, fused, max(algo - 1, 0), key)
-    if plan is not None:
-        return plan
+        return _BlasPlan(call, dt, device, mode, activation, flag)
+    lt = _lt_plan(call, dt, device, mode, activation, fused, max(algo - 1, 0), flag, align)
+    if lt is not None:
+        return lt
     if fused:  # no fused algorithm: the bias copied into out, then the product
-        return _lt_plan(call, dt, device, _BIAS, activation, False, 0, key) or _BlasPlan(
-            call, dt, device, _BIAS, activation, key[12]
+        return _lt_plan(call, dt, device, _BIAS, activation, False, 0, flag, align) or _BlasPlan(
+            call, dt, device, _BIAS, activation, flag
         )
-    return _BlasPlan(call, dt, device, mode, activation, key[12])
+    return _BlasPlan(call, dt, device, mode, activation, flag)
 
 
 def _lt_plan(
@@ -231,19 +252,18 @@ def _lt_plan(
     activation: int,
     fused: bool,
     index: int,
-    key: tuple,
+    flag: bool,
+    align: int,
 ) -> _LtPlan | None:
     """A cuBLASLt plan with the ``index``-th heuristic algorithm; None if there is none."""
     props = device.driver.properties(device.index)
     max_workspace = cublaslt_workspace_size(props.major, props.minor)
-    align = key[14]
     _cublas.use_device(device.index)
     lt = _cublas.lt_handle(device.index)
-    pieces = _lt_descriptors(call, dt, fused, activation, key[12])
-    desc, layouts = pieces
+    desc, layouts = _lt_descriptors(call, dt, fused, activation, flag)
     count = 1 if index == 0 else _tunable.LT_CANDIDATES
     pref = _cublas.matmul_preference(
-        max_workspace, (align, align, align, align), _reduced_precision_ok(dt, key[12])
+        max_workspace, (align, align, align, align), _reduced_precision_ok(dt, flag)
     )
     try:
         found = _cublas.heuristics(lt, desc, *layouts, layouts[2], pref, count)
@@ -255,7 +275,13 @@ def _lt_plan(
     if index >= len(found):
         _destroy(desc, layouts)
         return None
-    algo, workspace = found[index]
+    algo, needed = found[index]
+    library = cublaslt_workspace_library()
+    if library == "cublas":  # the stream's cuBLAS workspace, at the size cuBLAS asks for
+        request = max(cublas_workspace_size(props.major, props.minor), needed)
+    else:
+        request = max(max_workspace, needed)
+    workspace = (needed, request, library)
     return _LtPlan(call, dt, device, lt, desc, layouts, algo, workspace, mode, fused, activation)
 
 
@@ -297,8 +323,9 @@ class _LtPlan:
     """One cuBLASLt problem: descriptor, layouts, algorithm, scalars (per thread)."""
 
     __slots__ = (
-        "call", "device", "lt", "desc", "layouts", "algo", "algo_ptr", "workspace", "scalars",
-        "alpha_ptr", "beta_ptr", "mode", "fused", "bias_ptr", "activation", "alpha", "beta",
+        "swap", "device", "index", "lt", "desc", "layouts", "la", "lb", "lc", "algo", "algo_ptr",
+        "ws_bytes", "ws_request", "ws_library", "scalars", "alpha_ptr", "beta_ptr", "mode",
+        "fused", "bias_ptr", "activation", "alpha", "beta",
     )  # fmt: skip
 
     def __init__(
@@ -310,19 +337,23 @@ class _LtPlan:
         desc: int,
         layouts: tuple[int, int, int],
         algo: np.ndarray,
-        workspace: int,
+        workspace: tuple[int, int, str],
         mode: int,
         fused: bool,
         activation: int,
     ) -> None:
-        self.call = call
+        self.swap = call.swap
         self.device = device
+        self.index = device.index
         self.lt = lt
         self.desc = desc
         self.layouts = layouts
+        self.la, self.lb, self.lc = layouts
         self.algo = algo  # holds the cublasLtMatmulAlgo_t that algo_ptr points at
         self.algo_ptr = algo.ctypes.data
-        self.workspace = workspace  # bytes the algorithm needs
+        # bytes the algorithm needs (0: no workspace is asked for), bytes of the buffer
+        # asked for (the stream's whole workspace, so that it is never regrown), whose buffer
+        self.ws_bytes, self.ws_request, self.ws_library = workspace
         self.scalars = np.zeros(2, dtype=_SCALE[dt][0])  # alpha, beta (host pointer mode)
         self.alpha = self.beta = 0.0  # what ``scalars`` holds (beta stays 0 unless used)
         self.alpha_ptr = self.scalars.ctypes.data
@@ -345,38 +376,32 @@ class _LtPlan:
         pb: int,
         po: int,
     ) -> None:
-        scalars = self.scalars
         if alpha != self.alpha:
-            scalars[0] = self.alpha = alpha
+            self.scalars[0] = self.alpha = alpha
         if self.fused:
             ptr = bias.data_ptr()
             if ptr != self.bias_ptr:
                 _cublas.set_matmul_desc(self.desc, "BIAS_POINTER", ptr)
                 self.bias_ptr = ptr
-        else:
-            if self.mode and beta != self.beta:
-                scalars[1] = self.beta = beta
+        elif self.mode:
+            if beta != self.beta:
+                self.scalars[1] = self.beta = beta
             if self.mode == _BIAS:  # PyTorch: out = bias, then the product accumulates
                 copy(out, bias.expand(out.shape))
-        p, q = (pb, pa) if self.call.swap else (pa, pb)
-        index = self.device.index
-        _cublas.use_device(index)
-        workspace, held = 0, None
-        if self.workspace:
-            shared = getattr(_memory, "get_workspace", None)
-            if shared is not None:
-                workspace = shared(
-                    self.workspace, library="cublaslt", device=self.device, stream=stream
-                )
-            else:  # see Note [Workspaces before get_workspace]
-                held = _memory.allocate(self.workspace, self.device, stream)
-                workspace = held.ptr
-        la, lb, lc = self.layouts
+        _cublas.use_device(self.index)
+        size = self.ws_bytes
+        workspace = (
+            _memory.get_workspace(self.ws_request, library=self.ws_library, stream=stream)
+            if size
+            else 0
+        )
+        lc = self.lc
+        if self.swap:
+            pa, pb = pb, pa
         _cublas.lt_matmul(
-            self.lt, self.desc, self.alpha_ptr, p, la, q, lb, self.beta_ptr, po, lc, po, lc,
-            self.algo_ptr, workspace, self.workspace, stream.cuda_stream,
+            self.lt, self.desc, self.alpha_ptr, pa, self.la, pb, self.lb, self.beta_ptr, po, lc,
+            po, lc, self.algo_ptr, workspace, size, stream.cuda_stream,
         )  # fmt: skip
-        del held  # freed after the call is queued: the block goes back to this stream
 
     def __del__(self) -> None:
         try:
@@ -436,10 +461,8 @@ class _BlasPlan:
         handle = _cublas.handle(device.index)
         _cublas.use_device(device.index)
         _cublas.set_stream(handle, stream.cuda_stream)
-        shared = getattr(_memory, "get_workspace", None)
-        if shared is not None:  # else cuBLAS keeps its own: Note [Workspaces before get_workspace]
-            workspace = shared(size, library="cublas", device=device, stream=stream)
-            _cublas.set_workspace(handle, workspace, size)
+        workspace = _memory.get_workspace(size, library="cublas", stream=stream)
+        _cublas.set_workspace(handle, workspace, size)
         _cublas.set_math_mode(handle, self.math)
         c = self.call
         p, q = (pb, pa) if c.swap else (pa, pb)
@@ -544,12 +567,13 @@ def _tuned(
     b: Tensor,
     bias: Tensor,
     beta: Any,
-    alpha: Any,
     mode: int,
     activation: int,
     fused: bool,
 ) -> int:
-    """TunableOp's candidate for this problem: remembered, or tuned now (synchronizes)."""
+    """TunableOp's candidate for this problem: remembered, or tuned now (synchronizes).
+    Candidates run with alpha 1: the choice is the problem's, whatever the scale."""
+    alpha = 1.0
     device = stream.device
     problem = _tunable.make_problem(
         out.dtype.name, call.transa, call.transb, call.m, call.n, call.k,

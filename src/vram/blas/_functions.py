@@ -4,20 +4,47 @@ Each checks PyTorch's contract first (``_checks``: errors name the argument), th
 one GEMM on the current stream of the tensors' device (``_ops.gemm``). Nothing here
 synchronizes. Zero-size problems make no library call: M or N = 0 gives an empty result,
 K = 0 gives ``beta * input`` (zeros for mm, bmm and matmul).
+
+Note [mm's plans]: ``mm`` is the call whose host time matters most (small products, a
+GEMM per layer). What its checks and the GEMM's plan depend on is the operands' (and
+``out``'s) shapes, strides, dtypes, devices and pointer alignment, and the generations of
+the settings and of TunableOp; with those as the key, a per-thread dict keeps the result
+shape and the plan of each problem that passed the checks once. A repeated call is then
+this key, one dict lookup, the current stream, and the plan's call: nothing is checked
+again, no setting is read, no object is made but the key (and the result). An ``out`` that
+shares an operand's storage always takes the full checks.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
+from .._streams import current_stream
 from .._tensor import Tensor, broadcast_shapes, contiguous_strides, dispatch
-from . import _checks
-from ._ops import GEMM_DTYPES, gemm
+from ..backends import cuda as _backends
+from . import _checks, _tunable
+from ._ops import GEMM_DTYPES, gemm, product_plan
 
 __all__ = ["mm", "matmul", "bmm", "addmm", "baddbmm"]
 
 _DTYPES = frozenset(d.name for d in GEMM_DTYPES)
+_MAX_PLANS = 512  # mm problems remembered per thread; the oldest is dropped beyond
+_ALIGN_MASK = 255  # pointer bits below the largest alignment a plan asks about (256 bytes)
+
+
+class _Plans(threading.local):
+    def __init__(self) -> None:
+        self.mm: dict[tuple, tuple[tuple[int, int], Any]] = {}
+
+
+_plans = _Plans()
+
+
+def clear_plans() -> None:
+    """Forget this thread's mm problems (see Note [mm's plans])."""
+    _plans.mm.clear()
 
 
 def _result(
@@ -75,6 +102,49 @@ def _check_pair(op: str, names: tuple[str, str], a: Any, b: Any, ndim: int) -> N
 
 def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # noqa: A002
     """``input`` [M, K] @ ``mat2`` [K, N] -> [M, N] (torch.mm), into ``out`` if given."""
+    try:  # the key of Note [mm's plans]; anything but tensors takes the checks below
+        dt = input.dtype
+        sa, sb = input._storage, mat2._storage
+        size = dt.np.itemsize
+        pa = sa.ptr + input._offset * size
+        pb = sb.ptr + mat2._offset * size
+        if out is None:
+            po = 0
+            key: tuple | None = (
+                input._shape, input._stride, mat2._shape, mat2._stride, dt.name,
+                mat2.dtype.name, sa.device, sb.device, (pa | pb) & _ALIGN_MASK,
+                _backends.generation, _tunable.state.generation,
+            )  # fmt: skip
+        else:
+            so = out._storage
+            po = so.ptr + out._offset * size
+            key = (
+                input._shape, input._stride, mat2._shape, mat2._stride, dt.name,
+                mat2.dtype.name, sa.device, sb.device, (pa | pb | po) & _ALIGN_MASK,
+                _backends.generation, _tunable.state.generation, out._shape, out._stride,
+                out.dtype.name, so.device,
+            )  # fmt: skip
+            if so is sa or so is sb:  # out shares an operand's storage: always checked
+                key = None
+    except AttributeError:
+        key = None
+    found = _plans.mm.get(key)  # type: ignore[arg-type]
+    if found is not None:
+        shape, plan = found
+        device = sa.device
+        if out is None:
+            out = Tensor._empty(shape, dt, device)
+            po = out._storage.ptr
+            if po & _ALIGN_MASK:  # less aligned than the plan may assume
+                gemm(out, input, mat2, None, 0.0, 1.0, 0)
+                return out
+        plan.run(current_stream(device), out, input, mat2, out, 0.0, 1.0, pa, pb, po)
+        return out
+    return _checked_mm(input, mat2, out, key)
+
+
+def _checked_mm(input: Any, mat2: Any, out: Any, key: tuple | None) -> Tensor:  # noqa: A002
+    """mm with every check; keeps the problem's plan when ``key`` names it."""
     if (
         type(input) is not Tensor
         or type(mat2) is not Tensor
@@ -94,7 +164,17 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # 
     else:
         target, final = _result("mm", out, shape, input, [("input", input), ("mat2", mat2)])
     if shape[0] and shape[1]:
-        gemm(target, input, mat2, None, 0.0, 1.0, 0)
+        if key is None or final is not None or not input.shape[1]:
+            gemm(target, input, mat2, None, 0.0, 1.0, 0)
+        else:
+            pa, pb, po = input.data_ptr(), mat2.data_ptr(), target.data_ptr()
+            plan = product_plan(target, input, mat2, pa | pb | po)
+            plans = _plans.mm
+            if len(plans) >= _MAX_PLANS:
+                del plans[next(iter(plans))]
+            plans[key] = (shape, plan)
+            stream = current_stream(target.device)
+            plan.run(stream, target, input, mat2, target, 0.0, 1.0, pa, pb, po)
     return _finish(target, final)
 
 
@@ -192,7 +272,11 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """torch.matmul: 1-D @ 1-D is a dot product (0-D), a 1-D operand is a row (left) or a
     column (right) that the result drops, and N-D operands broadcast their batch
     dimensions: [*b1, M, K] @ [*b2, K, N] -> [*broadcast(b1, b2), M, N]."""
-    if type(input) is Tensor and type(other) is Tensor and input.ndim == 2 and other.ndim == 2:
+    if (
+        type(input) is Tensor
+        and type(other) is Tensor
+        and len(input._shape) == len(other._shape) == 2
+    ):
         return mm(input, other)
     a = _checks.tensor_arg("matmul", "input", input)
     b = _checks.tensor_arg("matmul", "other", other)

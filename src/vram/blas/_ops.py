@@ -18,6 +18,7 @@
 
 The public functions (``vram.mm`` ...) check PyTorch's contract first, with errors naming
 the argument, then call ``gemm`` below, which reaches the kernels without re-checking.
+``product_plan`` gives ``mm`` the plan of a plain product to keep (see ``_functions``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from .._tensor import Tensor
 from ..ops import declare
 from . import _cuda, _tunable
 
-__all__ = ["gemm", "gemm_op", "GEMM_DTYPES", "ACTIVATIONS", "numpy_gemm"]
+__all__ = ["gemm", "product_plan", "gemm_op", "GEMM_DTYPES", "ACTIVATIONS", "numpy_gemm"]
 
 GEMM_DTYPES = (float16, bfloat16, float32, float64)
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}
@@ -122,3 +123,41 @@ def gemm(
     algo = _tunable.sim_algorithm(out, a, b, bias, beta, alpha, activation)
     gemm_op(out, a, b, bias, beta, alpha, activation, algo)
     return out
+
+
+class _RegistryPlan:
+    """A plain product on the simulated GPU or the cpu: the registry's kernel, queued on the
+    current stream, with the algorithm chosen once (TunableOp's on sim when enabled)."""
+
+    __slots__ = ("algo",)
+
+    def __init__(self, algo: int) -> None:
+        self.algo = algo
+
+    def run(
+        self,
+        stream: Any,
+        out: Tensor,
+        a: Tensor,
+        b: Tensor,
+        bias: Tensor,
+        beta: Any,
+        alpha: Any,
+        pa: int,
+        pb: int,
+        po: int,
+    ) -> None:
+        gemm_op(out, a, b, bias, beta, alpha, 0, self.algo)
+
+
+def product_plan(out: Tensor, a: Tensor, b: Tensor, pointers: int) -> Any:
+    """The plan of ``out = a @ b`` (checked; M, N and K > 0; ``pointers`` the bitwise or of
+    the three data pointers), as ``gemm`` would run it. Its ``run(stream, out, a, b, out,
+    0.0, 1.0, pa, pb, po)`` queues the product on ``stream`` (the current one of the
+    device) for any tensors of the same shapes, strides, dtype, device and alignment, until
+    a ``vram.backends.cuda`` setting or TunableOp's state changes."""
+    device = out.device
+    if device.type == "cuda":
+        stream = current_stream(device)
+        return _cuda.plan(stream, out, a, b, out, 0.0, 0, -1, pointers)
+    return _RegistryPlan(_tunable.sim_algorithm(out, a, b, out, 0.0, 1.0, 0))

@@ -4,11 +4,15 @@
   (``:4096:8`` is 8 buffers of 4096 KiB, 32 MiB in all; the sizes add up). Unset: 32 MiB on
   a Hopper GPU (compute capability 9.0), else ``:4096:2:16:8`` (8 MiB + 128 KiB). A value
   that holds no ``:SIZE:COUNT`` pair is warned about and the default used.
-- cuBLASLt: ``CUBLASLT_WORKSPACE_SIZE`` in KiB (default 1024, pytorch#73328), capped at the
-  cuBLAS size unless ``TORCH_CUBLASLT_UNIFIED_WORKSPACE=0``.
+- cuBLASLt: unified with cuBLAS unless ``TORCH_CUBLASLT_UNIFIED_WORKSPACE=0``, as current
+  PyTorch: then cuBLASLt calls use the cuBLAS workspace of their stream, and may use all of
+  it (``CUBLASLT_WORKSPACE_SIZE`` in KiB asks for less; more is capped at the cuBLAS size).
+  Not unified: a workspace of its own, ``CUBLASLT_WORKSPACE_SIZE`` KiB (default 1024,
+  pytorch#73328).
 
 The buffers themselves come from ``vram.memory.get_workspace``: one per (library, device,
-stream, thread), kept across calls. Variables are read each time a size is asked for.
+stream, thread), kept across calls; ``cublaslt_workspace_library()`` names the one cuBLASLt
+calls take. Variables are read each time a size is asked for (when a GEMM plan is made).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import os
 import re
 import warnings
 
-__all__ = ["cublas_workspace_size", "cublaslt_workspace_size"]
+__all__ = ["cublas_workspace_size", "cublaslt_workspace_size", "cublaslt_workspace_library"]
 
 _KiB = 1024
 _PAIR = re.compile(r":([0-9]+):([0-9]+)")
@@ -44,22 +48,34 @@ def cublas_workspace_size(major: int, minor: int) -> int:
     return sum(int(size) * _KiB * int(count) for size, count in pairs)
 
 
+def _unified() -> bool:
+    text = os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "1").strip().lower()
+    return text not in ("0", "false", "off", "no")
+
+
+def cublaslt_workspace_library() -> str:
+    """The ``get_workspace`` library whose buffer cuBLASLt calls use: "cublas" when the
+    workspaces are unified (the default), else "cublaslt"."""
+    return "cublas" if _unified() else "cublaslt"
+
+
 def cublaslt_workspace_size(major: int, minor: int) -> int:
     """Bytes of cuBLASLt workspace for a GPU of compute capability ``major.minor``."""
+    unified = _unified()
+    default_kib = cublas_workspace_size(major, minor) // _KiB if unified else _LT_DEFAULT_KiB
     text = os.environ.get("CUBLASLT_WORKSPACE_SIZE")
-    kib = _LT_DEFAULT_KiB
+    kib = default_kib
     if text is not None:
         try:
             kib = int(text.strip())
         except ValueError:
             warnings.warn(
                 f"invalid CUBLASLT_WORKSPACE_SIZE={text!r} (KiB), using the default "
-                f"workspace size of {_LT_DEFAULT_KiB} KiB.",
+                f"workspace size of {default_kib} KiB.",
                 RuntimeWarning,
                 stacklevel=2,
             )
     size = max(kib, 0) * _KiB
-    unified = os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "1").strip().lower()
-    if unified not in ("0", "false", "off", "no"):
+    if unified:
         size = min(size, cublas_workspace_size(major, minor))
     return size

@@ -49,8 +49,9 @@ def enable(val: bool = True) -> None:
     """The big on/off switch: route GEMMs through TunableOp."""
     state = _tunable.state
     with state.lock:
-        state.enabled = bool(val)
-        state.changed()
+        if state.enabled != bool(val):
+            state.enabled = bool(val)
+            state.changed()
 
 
 def is_enabled() -> bool:
@@ -62,8 +63,9 @@ def tuning_enable(val: bool = True) -> None:
     """Whether a problem with no remembered result is tuned (True) or runs the default."""
     state = _tunable.state
     with state.lock:
-        state.tuning = bool(val)
-        state.changed()
+        if state.tuning != bool(val):
+            state.tuning = bool(val)
+            state.changed()
 
 
 def tuning_is_enabled() -> bool:
@@ -100,7 +102,8 @@ def set_filename(filename: str, insert_device_ordinal: bool = False) -> None:
     state = _tunable.state
     with state.lock:
         state.filename = filename
-        state.loaded = False  # the next tunable GEMM reads the new file
+        state.loaded = False  # the next tunable GEMM reads the new file...
+        state.changed()  # ...and no cached plan skips that
 
 
 def get_filename() -> str:
