@@ -204,3 +204,19 @@ def test_unmapped_pages_read_as_fresh_memory_when_mapped_again(exp):
     again = caching_allocator_alloc(20 * MiB)
     assert again == ptr
     assert not vram.sim.driver().view(again, 20 * MiB).any()
+
+
+def test_peer_access_maps_expandable_pages_for_the_peer():
+    """With peer access enabled, the accessed device's pages (mapped before and after) are
+    mapped for the peer too (cuMemSetAccess), as PyTorch's allocator does."""
+    vram.memory.set_allocator_settings("expandable_segments:True")
+    sim = vram.sim.driver()
+    before = caching_allocator_alloc(MiB, device="sim:0")
+    vram.memory.enable_peer_access("sim:0", device="sim:1")  # sim:1 reads sim:0's memory
+    after = caching_allocator_alloc(30 * MiB, device="sim:0")
+    assert sim.vmm_access(0, before) == frozenset({0, 1})
+    assert sim.vmm_access(0, after) == frozenset({0, 1})
+    with pytest.raises(ValueError, match="peer: sim:0 cannot be a peer of sim:0"):
+        vram.memory.enable_peer_access("sim:0", device="sim:0")
+    caching_allocator_delete(before)
+    caching_allocator_delete(after)

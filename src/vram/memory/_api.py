@@ -33,6 +33,7 @@ __all__ = [
     "register_free_memory_callback",
     "unregister_free_memory_callback",
     "attach_out_of_memory_observer",
+    "enable_peer_access",
     "memory_summary",
 ]
 
@@ -275,6 +276,21 @@ def attach_out_of_memory_observer(
         )
     with allocator.locked():
         allocator.oom_observers.append(observer)
+
+
+def enable_peer_access(peer: object, device: object = None) -> None:
+    """Let kernels on ``device`` (the current device if None) read and write ``peer``'s
+    memory: the driver's peer access (cuCtxEnablePeerAccess), and ``peer``'s allocator maps
+    its expandable pages for ``device`` too (PyTorch's enablePeerAccess). Enabling it twice
+    is harmless; ValueError where the two devices cannot reach each other."""
+    found, other = _device(device), _device(peer)
+    if found.type != other.type or found == other:
+        raise ValueError(f"peer: {other} cannot be a peer of {found}")
+    driver = found.driver
+    if not driver.can_access_peer(found.index, other.index):
+        raise ValueError(f"peer: {found} cannot access {other}'s memory (no peer access)")
+    driver.enable_peer_access(found.index, other.index)
+    allocator_for(other).add_peer(found.index)
 
 
 def _format_size(size: int, reference: int) -> str:

@@ -218,6 +218,12 @@ class DeviceCachingAllocator:
                 self._free_dropped()
             self._release_cached_blocks()
 
+    def add_peer(self, peer: int) -> None:
+        """Device ``peer`` may now access this device's memory (peer access was enabled):
+        expandable pages are mapped for it too (device allocations need nothing more)."""
+        with self._lock:
+            self.expandable.add_peer(peer)
+
     def set_memory_fraction(self, fraction: float) -> None:
         with self._lock:
             self._set_fraction(fraction)

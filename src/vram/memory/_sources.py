@@ -152,6 +152,19 @@ class Expandable:
         self.device = device
         self.on_reserve = on_reserve
         self.ranges: list[Segment] = []  # every live range's segment
+        self.peers: tuple[int, ...] = ()  # devices that may access the pages too
+
+    def add_peer(self, peer: int) -> None:
+        """Let ``peer`` access every page mapped now and from now on (cuMemSetAccess)."""
+        if peer in self.peers:
+            return
+        self.peers = (*self.peers, peer)
+        for segment in self.ranges:
+            memory = segment.expandable
+            for i, handle in enumerate(memory.handles):
+                if handle is not None:
+                    va = memory.ptr + i * memory.page
+                    self.driver.vmm_set_access(self.device, va, memory.page, self.peers)
 
     def grow(
         self, pool: Pool, stream: int, size: int, page: int, budget: int | None
@@ -228,6 +241,8 @@ class Expandable:
         if mapped == 0:
             return False
         assert mapped >= size
+        if self.peers:
+            self.driver.vmm_set_access(self.device, start, mapped, self.peers)
         pool.remove_unmapped(block)
         if mapped < block.size:
             pool.split(block, mapped, UNMAPPED)
