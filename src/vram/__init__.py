@@ -62,6 +62,7 @@ from .memory import (
     caching_allocator_alloc,
     caching_allocator_delete,
     empty_cache,
+    get_allocator_backend,
     get_allocator_settings,
     get_per_process_memory_fraction,
     host_empty_cache,

@@ -113,7 +113,7 @@ def test_later_keys_win_and_spaces_are_ignored():
         ("pinned_num_register_threads:3", "pinned_num_register_threads"),
         ("pinned_num_register_threads:256", "pinned_num_register_threads"),
         ("per_process_memory_fraction:1.5", "per_process_memory_fraction"),
-        ("backend:cudaMallocAsync", "backend"),
+        ("backend:hipMallocAsync", "backend: unknown allocator backend"),
         ("expandable_page_mb:3", "expandable_page_mb"),
         ("expandable_page_mb:0", "expandable_page_mb"),
         ("expandable_page_mb:2048", "expandable_page_mb"),

@@ -27,9 +27,30 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Driver", "DeviceProperties", "KernelArg", "CaptureInfo", "CAPTURE_MODES"]
+__all__ = [
+    "Driver",
+    "DeviceProperties",
+    "KernelArg",
+    "CaptureInfo",
+    "CAPTURE_MODES",
+    "MEMPOOL_ATTRIBUTES",
+]
 
 KernelArg = Any  # an int pointer, a NumPy scalar (np.int64(3), np.float32(1.0)), ...
+
+# the memory pool attributes a Driver reads and sets: CUDA's CUmemPool_attribute names
+# without the CU_MEMPOOL_ATTR_ prefix, in lower case (the reuse flags are 0 or 1, the
+# others byte counts)
+MEMPOOL_ATTRIBUTES = (
+    "reuse_follow_event_dependencies",
+    "reuse_allow_opportunistic",
+    "reuse_allow_internal_dependencies",
+    "release_threshold",
+    "reserved_mem_current",
+    "reserved_mem_high",
+    "used_mem_current",
+    "used_mem_high",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +121,33 @@ class Driver(ABC):
     @abstractmethod
     def free(self, device: int, ptr: int) -> None:
         """cudaFree. On CUDA this synchronizes the device; the allocator knows that."""
+
+    # ---- the device's default stream-ordered pool (cudaMallocAsync) ----------------
+    def malloc_async(self, device: int, size: int, stream: int) -> int:
+        """cuMemAllocAsync: ``size`` bytes from ``device``'s default pool, ordered on
+        ``stream`` (a stream of ``device``): usable by work queued there from now on."""
+        raise NotImplementedError(f"the {self.kind} driver has no stream-ordered pool")
+
+    def free_async(self, device: int, ptr: int, stream: int) -> None:
+        """cuMemFreeAsync: give ``ptr`` (from ``malloc_async`` on ``device``) back to the
+        pool when ``stream`` reaches this point; work queued before still may use it."""
+        raise NotImplementedError(f"the {self.kind} driver has no stream-ordered pool")
+
+    def mempool_attribute(self, device: int, name: str) -> int:
+        """cuMemPoolGetAttribute of ``device``'s default pool (``name``: one of
+        MEMPOOL_ATTRIBUTES)."""
+        raise NotImplementedError(f"the {self.kind} driver has no stream-ordered pool")
+
+    def mempool_set_attribute(self, device: int, name: str, value: int) -> None:
+        """cuMemPoolSetAttribute of ``device``'s default pool (the two ``*_high`` take
+        only 0, which resets them to the current value)."""
+        raise NotImplementedError(f"the {self.kind} driver has no stream-ordered pool")
+
+    def mempool_trim_to(self, device: int, keep: int) -> None:
+        """cuMemPoolTrimTo: give unused pool memory back to the device while at least
+        ``keep`` bytes stay reserved; frees whose stream has not run them yet may count as
+        in use (synchronize first to give back everything)."""
+        raise NotImplementedError(f"the {self.kind} driver has no stream-ordered pool")
 
     # ---- virtual memory management (expandable segments) ---------------------------
     @abstractmethod

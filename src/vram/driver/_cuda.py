@@ -39,7 +39,7 @@ import numpy as np
 from cuda.bindings import driver as cu
 
 from .._errors import CudaError
-from ._base import CaptureInfo, DeviceProperties, Driver, KernelArg
+from ._base import MEMPOOL_ATTRIBUTES, CaptureInfo, DeviceProperties, Driver, KernelArg
 from ._nvrtc import arch_for, compile_program
 
 __all__ = ["CudaDriver", "CudaKernel"]
@@ -154,6 +154,15 @@ def _address(storage: np.ndarray | ctypes._SimpleCData) -> int:
     return ctypes.addressof(storage)
 
 
+def _pool_attribute(name: str) -> tuple[Any, bool]:
+    """The CUmemPool_attribute for a Driver attribute name, and whether its value is a
+    cuuint64_t (the byte counts) rather than an int (the reuse flags)."""
+    if name not in MEMPOOL_ATTRIBUTES:
+        raise ValueError(f"name: expected one of {', '.join(MEMPOOL_ATTRIBUTES)}, got {name!r}")
+    attribute = getattr(cu.CUmemPool_attribute, f"CU_MEMPOOL_ATTR_{name.upper()}")
+    return attribute, not name.startswith("reuse_")
+
+
 def _dim3(dims: tuple[int, ...]) -> tuple[int, int, int]:
     """A grid or block as three ints; missing trailing dimensions are 1."""
     dims = tuple(int(d) for d in dims)
@@ -184,6 +193,7 @@ class CudaDriver(Driver):
         self._kernels: dict[tuple[int, str, str], CudaKernel] = {}
         self._graphs: dict[int, _Handle] = {}  # captured CUgraphs
         self._graph_execs: dict[int, _Handle] = {}  # instantiated CUgraphExecs
+        self._mempools: dict[int, Any] = {}  # device -> its default CUmemoryPool
 
     # ---- contexts ------------------------------------------------------------------
     def _device(self, device: int) -> cu.CUdevice:
@@ -302,6 +312,37 @@ class CudaDriver(Driver):
     def free(self, device: int, ptr: int) -> None:
         self._use(device)
         _check_teardown("cuMemFree", cu.cuMemFree(ptr))
+
+    # ---- the default stream-ordered pool (cudaMallocAsync) -------------------------
+    def _mempool(self, device: int) -> Any:
+        pool = self._mempools.get(device)
+        if pool is None:
+            self._use(device)
+            result = cu.cuDeviceGetDefaultMemPool(self._device(device))
+            pool = self._mempools[device] = _check("cuDeviceGetDefaultMemPool", result)
+        return pool
+
+    def malloc_async(self, device: int, size: int, stream: int) -> int:
+        hstream = self._stream(stream, device)
+        return int(_check("cuMemAllocAsync", cu.cuMemAllocAsync(size, hstream)))
+
+    def free_async(self, device: int, ptr: int, stream: int) -> None:
+        hstream = self._stream(stream, device)
+        _check_teardown("cuMemFreeAsync", cu.cuMemFreeAsync(ptr, hstream))
+
+    def mempool_attribute(self, device: int, name: str) -> int:
+        attribute, _ = _pool_attribute(name)
+        result = cu.cuMemPoolGetAttribute(self._mempool(device), attribute)
+        return int(_check("cuMemPoolGetAttribute", result))
+
+    def mempool_set_attribute(self, device: int, name: str, value: int) -> None:
+        attribute, wide = _pool_attribute(name)
+        raw = cu.cuuint64_t(value) if wide else int(value)
+        result = cu.cuMemPoolSetAttribute(self._mempool(device), attribute, raw)
+        _check("cuMemPoolSetAttribute", result)
+
+    def mempool_trim_to(self, device: int, keep: int) -> None:
+        _check("cuMemPoolTrimTo", cu.cuMemPoolTrimTo(self._mempool(device), keep))
 
     # ---- virtual memory management -------------------------------------------------
     def _vmm_prop(self, device: int) -> cu.CUmemAllocationProp:

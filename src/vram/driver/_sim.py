@@ -42,6 +42,7 @@ import numpy as np
 from .._errors import CudaError, DeferredCudaError
 from ._base import DeviceProperties, Driver
 from ._simgraph import SimGraphs
+from ._simpool import SimMemPool
 
 __all__ = ["SimDriver", "parse_bytes", "check_capacity", "MAX_DEVICES", "MAX_CAPACITY"]
 
@@ -231,6 +232,7 @@ class SimDriver(SimGraphs, Driver):
         self.deferred_depth = 0  # > 0 while inside vram.sim.deferred()
         self._errors: list[BaseException] = []  # failures of queued work, raised at sync
         self._peer_access: set[tuple[int, int]] = set()  # (device, peer): device reads peer
+        self._pools: dict[int, SimMemPool] = {}  # device -> its default stream-ordered pool
         self._init_graphs()  # stream capture and graphs (_simgraph)
 
     # ---- devices -------------------------------------------------------------------
@@ -275,6 +277,7 @@ class SimDriver(SimGraphs, Driver):
             for stream in list(self._streams.values()):
                 if stream.device == device:
                     self._drain(stream, None)
+            self._release_pools()
         self._raise_deferred()
 
     # ---- device memory -------------------------------------------------------------
@@ -322,6 +325,50 @@ class SimDriver(SimGraphs, Driver):
             mem.drop_range(ptr)
             mem.give_va(ptr, rng.size)
             mem.used -= rng.size
+
+    # ---- the stream-ordered pool (cudaMallocAsync; see _simpool) -------------------
+    def _pool(self, device: int) -> SimMemPool:
+        pool = self._pools.get(device)
+        if pool is None:
+            pool = self._pools[device] = SimMemPool(self._mem(device), self._charge)
+        return pool
+
+    def malloc_async(self, device: int, size: int, stream: int) -> int:
+        if size <= 0:
+            raise CudaError("cuMemAllocAsync", "CUDA_ERROR_INVALID_VALUE", f"size {size}")
+        with self._lock:
+            s = self._stream(stream, "cuMemAllocAsync")
+            if s.device != device:
+                raise CudaError("cuMemAllocAsync", "CUDA_ERROR_INVALID_VALUE", "another device")
+            wait = lambda mark: self._enqueue(s, ("wait", mark))  # an internal dependency
+            return self._pool(device).allocate(size, s, wait)
+
+    def free_async(self, device: int, ptr: int, stream: int) -> None:
+        with self._lock:
+            s = self._stream(stream, "cuMemFreeAsync")
+            pool = self._pool(device)
+            mark = _Mark(s)
+            pool.free(ptr, mark)
+            self._enqueue(s, ("mark", mark))
+            pool.settle()
+
+    def mempool_attribute(self, device: int, name: str) -> int:
+        with self._lock:
+            return self._pool(device).get(name)
+
+    def mempool_set_attribute(self, device: int, name: str, value: int) -> None:
+        with self._lock:
+            self._pool(device).set(name, value)
+
+    def mempool_trim_to(self, device: int, keep: int) -> None:
+        with self._lock:
+            self._pool(device).trim_to(keep)
+
+    def _release_pools(self) -> None:
+        """After a synchronize: pools above their release threshold give memory back."""
+        for pool in self._pools.values():
+            if pool.reserved > pool.release_threshold:
+                pool.trim_to(pool.release_threshold)
 
     # ---- VMM -----------------------------------------------------------------------
     def vmm_granularity(self, device: int) -> int:
@@ -533,6 +580,7 @@ class SimDriver(SimGraphs, Driver):
             if self._capturing:
                 self._forbid_stream(s, "cuStreamSynchronize")
             self._drain(s, None)
+            self._release_pools()
         self._raise_deferred()
 
     def stream_wait_event(self, stream: int, event: int) -> None:
@@ -595,6 +643,7 @@ class SimDriver(SimGraphs, Driver):
             last = e.last
             if last is not None and not last.done:
                 self._drain(last.stream, last)
+            self._release_pools()
         self._raise_deferred()
 
     def event_elapsed_ms(self, start: int, end: int) -> float:

@@ -3,6 +3,7 @@
 from ._allocation import Allocation
 from ._api import *  # noqa: F403
 from ._api import __all__ as _api_all
+from ._async import AsyncAllocator
 from ._caching import DeviceCachingAllocator, allocate, allocator_for, format_size
 from ._config import AllocatorConfig, parse_config
 from ._counting import DeviceCalls, count_device_calls
@@ -43,6 +44,7 @@ __all__ = [
     "reset_accumulated_host_memory_stats",
     "reset_peak_host_memory_stats",
     "AllocatorConfig",
+    "AsyncAllocator",
     "DeviceCachingAllocator",
     "MemPool",
     "MemoryReport",

@@ -8,6 +8,7 @@ The string is PyTorch's: ``key:value`` pairs separated by commas, lists in brack
 ``cross_stream_reuse`` (take a free block of another stream before growing the pool) and
 ``expandable_page_mb`` (the page size of the large pool's expandable segments; PyTorch's
 is 20, smaller pages leave less mapped but unused memory at the end of a segment).
+``backend:cudaMallocAsync`` makes allocators on the driver's stream-ordered pool (``_async``).
 ``stream_sanitizer:True`` poisons freed blocks and reports cross-stream reuse races
 (``_sanitizer``); ``oom_snapshot:PATH`` writes a snapshot when an OOM is raised (as
 ``VRAM_OOM_SNAPSHOT=PATH``; ``_oom_report``).
@@ -29,12 +30,14 @@ __all__ = [
     "default_config",
     "set_default_config",
     "ROUNDUP_INTERVALS",
+    "BACKENDS",
 ]
 
 _MB = 1 << 20
 _LARGE_BUFFER_MB = 20  # kLargeBuffer in MiB: the least max_split_size_mb allowed is above it
 SIZE_MAX = (1 << 64) - 1  # PyTorch's "no limit" for max_split_size
 ROUNDUP_INTERVALS = 16  # power-of-two intervals from 1 MiB to 64 GiB
+BACKENDS = ("native", "cudaMallocAsync")  # vram's caching allocator; the driver's pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +56,7 @@ class AllocatorConfig:
     pinned_use_background_threads: bool = False
     graph_capture_record_stream_reuse: bool = False
     per_process_memory_fraction: float = 1.0
-    backend: str = "native"
+    backend: str = "native"  # or "cudaMallocAsync" (fixed when an allocator is made)
     cross_stream_reuse: bool = False  # vram's own
     expandable_page_size: int = 20 * _MB  # vram's own: bytes per large-pool expandable page
     stream_sanitizer: bool = False  # vram's own: poison freed blocks, report reuse races
@@ -231,8 +234,11 @@ def parse_config(text: str, base: AllocatorConfig | None = None) -> AllocatorCon
                 raise ValueError(f"{key}: expected a number in [0, 1], got {value!r}")
             changes[key] = number
         elif key == "backend":
-            if value != "native":
-                raise ValueError(f"backend: vram implements the 'native' backend, got {value!r}")
+            if value not in BACKENDS:
+                raise ValueError(
+                    f"backend: unknown allocator backend {value!r}; the options are native and "
+                    "cudaMallocAsync"
+                )
             changes[key] = value
         else:
             raise ValueError(f"unrecognized allocator option: {key!r}")
@@ -244,7 +250,10 @@ def apply_settings(text: str, current: AllocatorConfig) -> AllocatorConfig:
     """PyTorch's _set_allocator_settings: ``text`` on top of ``current``, except that
     max_split_size_mb, roundup_power2_divisions and garbage_collection_threshold go back to
     their defaults unless ``text`` sets them again (PyTorch resets those three each call).
-    The settings text becomes ``text``, PyTorch's last allocator settings."""
+    The settings text becomes ``text``, PyTorch's last allocator settings.
+
+    The backend cannot change: naming another one than ``current``'s raises, as PyTorch
+    raises when the backend parsed at run time is not the one parsed at load time."""
     base = replace(
         current,
         text="",
@@ -252,7 +261,14 @@ def apply_settings(text: str, current: AllocatorConfig) -> AllocatorConfig:
         roundup_power2_divisions=(0,) * ROUNDUP_INTERVALS,
         garbage_collection_threshold=0.0,
     )
-    return parse_config(text, base)
+    config = parse_config(text, base)
+    if config.backend != current.backend:
+        raise ValueError(
+            "backend: Allocator backend parsed at runtime != allocator backend parsed at load "
+            f"time, {config.backend} != {current.backend} (the backend is read from "
+            "VRAM_ALLOC_CONF or PYTORCH_CUDA_ALLOC_CONF when an allocator is made)"
+        )
+    return config
 
 
 def config_from_env() -> AllocatorConfig:
