@@ -331,18 +331,17 @@ def test_never_recorded_event():
         done.elapsed_time(e)
 
 
-def test_a_stream_of_another_device_cannot_wait_on_an_event():
-    e = vram.Stream("sim:0").record_event()
-    s1 = vram.Stream("sim:1")
-    message = r"^stream: a stream of sim:1 cannot wait on an event of sim:0"
-    with pytest.raises(ValueError, match=message):
-        s1.wait_event(e)
-    with pytest.raises(ValueError, match=message):
-        e.wait(s1)
-    with vram.device("sim:1"), pytest.raises(ValueError, match=message):
-        e.wait()  # the current stream is sim:1's
-    with pytest.raises(ValueError, match=r"^stream: a stream of sim:1 cannot wait"):
-        s1.wait_stream(vram.Stream("sim:0"))
+def test_a_stream_of_another_device_waits_on_an_event_as_cudas_do():
+    """cudaStreamWaitEvent takes another device's event: work queued on sim:1 after the
+    wait runs only once sim:0's work before the record has run."""
+    s0, s1 = vram.Stream("sim:0"), vram.Stream("sim:1")
+    ran: list[str] = []
+    with vram.sim.deferred():
+        vram.sim.driver().enqueue(s0.cuda_stream, lambda: ran.append("sim:0"))
+        s1.wait_stream(s0)
+        vram.sim.driver().enqueue(s1.cuda_stream, lambda: ran.append("sim:1"))
+        s1.synchronize()  # drives sim:0 up to its record, then sim:1
+        assert ran == ["sim:0", "sim:1"]
 
 
 def test_an_event_records_only_on_its_first_device():

@@ -230,15 +230,21 @@ class Event:
             self._device.driver.event_synchronize(self._handle)  # type: ignore[union-attr]
 
     def wait(self, stream: Stream | None = None) -> None:
-        """Make ``stream`` (current if None) wait for the last record; no-op if unrecorded."""
+        """Make ``stream`` (current if None) wait for the last record; no-op if unrecorded.
+        The stream may be another device's of the same kind (as cudaStreamWaitEvent)."""
         stream = current_stream() if stream is None else as_stream(stream, "stream")
         if self._handle is None:
             return
-        if stream.device != self._device:
+        if stream.device.type != self._device.type:  # type: ignore[union-attr]
             raise ValueError(
                 f"stream: a stream of {stream.device} cannot wait on an event of {self._device}"
             )
-        stream.device.driver.stream_wait_event(stream.cuda_stream, self._handle)
+        driver = stream.device.driver
+        if stream.device == self._device:
+            driver.stream_wait_event(stream.cuda_stream, self._handle)
+        else:
+            with stream.device:  # a default stream's handle means its own device's
+                driver.stream_wait_event(stream.cuda_stream, self._handle)
 
     def elapsed_time(self, end_event: Event) -> float:
         """Milliseconds between this event's record and ``end_event``'s."""

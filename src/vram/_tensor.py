@@ -284,8 +284,11 @@ class Tensor:
             self._storage.owner.record_stream(stream)
 
     def record_use(self, stream: Stream) -> None:
-        """The last use on ``stream`` is queued now: the next owner waits for it (precise)."""
-        stream = self._stream_on_device(stream)
+        """The last use on ``stream`` is queued now: the next owner waits for it (precise).
+        ``stream`` may be another device's that read this memory (peer access)."""
+        stream = as_stream(stream, "stream")
+        if stream.device.type != self.device.type:
+            raise ValueError(f"stream: a stream of {stream.device} for a tensor on {self.device}")
         if isinstance(self._storage.owner, Allocation):
             self._storage.owner.record_use(stream)
 

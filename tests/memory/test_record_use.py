@@ -202,15 +202,14 @@ def test_null_pointer_is_ignored_with_a_warning(sim0):
         vram.memory.record_use(0, vram.current_stream())
 
 
-def test_stream_of_another_device_is_ignored_with_a_warning(sim0, waits):
+def test_a_peer_devices_stream_is_waited_on_by_the_next_owner(sim0, waits):
     producer = vram.current_stream()
     elsewhere = vram.Stream("sim:1")
     ptr = caching_allocator_alloc(N, stream=producer)
-    with pytest.warns(RuntimeWarning, match="sim:1"):
-        vram.memory.record_use(ptr, elsewhere)
+    vram.memory.record_use(ptr, elsewhere)  # sim:1 read it through peer access
     caching_allocator_delete(ptr)
     again = caching_allocator_alloc(N, stream=producer)
-    assert waits == []
+    assert [stream for stream, _ in waits] == [producer.cuda_stream]
     caching_allocator_delete(again)
 
 
@@ -230,10 +229,29 @@ def test_allocation_record_use_takes_a_stream_and_waits(sim0):
     assert seen == [b"\x01" * N]
 
 
-def test_allocation_record_use_warns_for_another_device_or_a_freed_allocation(sim0):
+def test_record_use_on_a_peer_devices_stream_holds_the_next_owner(sim0):
+    """sim:1 reads sim:0's buffer (a peer copy queued on a sim:1 stream) and records its use
+    there: the block goes back at once, and its next owner on sim:0 waits for that read."""
+    sim = vram.sim.driver()
+    peer = vram.Stream("sim:1")
+    producer = vram.current_stream()
+    out = vram.memory.allocate(N, vram.device("sim:1"), peer)
+    with vram.sim.deferred():
+        x = vram.memory.allocate(N, sim0, producer)
+        fill(x.ptr, 1, N, producer)
+        peer.wait_stream(producer)
+        sim.memcpy_peer(out.ptr, 1, x.ptr, 0, N, peer.cuda_stream)
+        x.record_use(peer)
+        ptr = x.ptr
+        del x
+        again = vram.memory.allocate(N, sim0, producer)
+        assert again.ptr == ptr  # reused at once ...
+        fill(again.ptr, 2, N, producer)  # ... but this waits for sim:1's read
+    assert bytes(sim.view(out.ptr, N)) == b"\x01" * N
+
+
+def test_allocation_record_use_warns_for_a_freed_allocation(sim0):
     allocation = vram.memory.allocate(N, sim0)
-    with pytest.warns(RuntimeWarning, match="sim:1"):
-        allocation.record_use(vram.Stream("sim:1"))
     allocation.free()
     with pytest.warns(RuntimeWarning, match="null pointer"):
         allocation.record_use(vram.Stream())

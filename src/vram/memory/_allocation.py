@@ -69,11 +69,13 @@ class Allocation(FreedWhenDropped):
     def record_use(self, stream: Stream) -> None:
         """The last use on ``stream`` is queued now: the next owner waits for it (no host wait).
 
-        Call it right after the last read or write queued on ``stream``. A stream of another
-        device, or an empty allocation, is ignored with a warning.
+        Call it right after the last read or write queued on ``stream``. The stream may be
+        another device's (one that reads this memory through peer access): the next owner's
+        stream waits on that device's event. A stream of another kind of device, or an
+        empty allocation, is ignored with a warning.
         """
         stream = as_stream(stream, "stream")
-        if stream.device != self.device:
+        if stream.device.type != self.device.type:
             warnings.warn(
                 f"record_use: {stream} is on {stream.device}, not {self.device}; ignored",
                 RuntimeWarning,
@@ -83,7 +85,10 @@ class Allocation(FreedWhenDropped):
         if not self.ptr:
             warnings.warn("record_use: null pointer ignored", RuntimeWarning, stacklevel=2)
             return
-        self._allocator.record_use(self.ptr, stream.cuda_stream)
+        if stream.device == self.device:
+            self._allocator.record_use(self.ptr, stream.cuda_stream)
+        else:  # a peer's stream: its event is that device's
+            self._allocator.record_use(self.ptr, stream.cuda_stream, stream.device.index)
 
     def __repr__(self) -> str:
         return f"<vram Allocation {self.size} B at {self.ptr:#x} on {self.device}>"

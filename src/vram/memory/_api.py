@@ -9,6 +9,7 @@ from .._device import Device, as_device, current_device_obj
 from .._streams import Stream, current_stream
 from ._caching import DeviceCachingAllocator, _allocators, allocator_for
 from ._config import apply_settings, default_config, set_default_config
+from ._sanitizer import sync_sanitizer
 from ._workspace import release_idle_workspaces, workspace_stats
 
 __all__ = [
@@ -125,9 +126,9 @@ def record_stream(ptr: int, stream: Stream) -> None:
 
 
 def record_use(ptr: int, stream: Stream) -> None:
-    """record_use for raw allocations: the last use of ``ptr`` on ``stream`` is queued now.
-
-    A null pointer or a stream of another device is ignored with a warning.
+    """record_use for raw allocations: the last use of ``ptr`` on ``stream`` is queued now
+    (``stream`` may be a peer device's). A null pointer, or a stream of another kind of
+    device, is ignored with a warning.
     """
     if not isinstance(stream, Stream):
         raise TypeError(f"stream: expected a vram.Stream, got {type(stream).__name__}")
@@ -135,14 +136,17 @@ def record_use(ptr: int, stream: Stream) -> None:
         warnings.warn("record_use: null pointer ignored", RuntimeWarning, stacklevel=2)
         return
     device = _raw_device(ptr, "record_use")
-    if stream.device != device:
+    if stream.device.type != device.type:
         warnings.warn(
             f"record_use: {stream} is on {stream.device}, not {device}; ignored",
             RuntimeWarning,
             stacklevel=2,
         )
         return
-    allocator_for(device).record_use(ptr, stream.cuda_stream)
+    if stream.device == device:
+        allocator_for(device).record_use(ptr, stream.cuda_stream)
+    else:  # a peer's stream: its event is that device's
+        allocator_for(device).record_use(ptr, stream.cuda_stream, stream.device.index)
 
 
 def memory_stats(device: object = None) -> dict[str, int]:
@@ -224,6 +228,7 @@ def set_allocator_settings(settings: str) -> None:
     set_default_config(config)
     for allocator in _allocators.values():
         allocator.set_config(config)
+        sync_sanitizer(allocator)  # stream_sanitizer on or off
 
 
 def get_allocator_settings(device: object = None) -> dict:

@@ -193,8 +193,9 @@ class DeviceCachingAllocator:
             if stream != block.segment.stream:
                 self.lifetimes.note_stream_use(block, stream)
 
-    def record_use(self, ptr: int, stream: int) -> None:
-        """The last use of ``ptr`` on ``stream`` is queued now (pytorch#181191's record_use).
+    def record_use(self, ptr: int, stream: int, device: int | None = None) -> None:
+        """The last use of ``ptr`` on ``stream`` is queued now (pytorch#181191's record_use);
+        ``device``: the stream's device when it is a peer of this one (None: this device).
 
         While a stream captures a graph, events recorded now could not be waited on later:
         it falls back to record_stream, as the RFC says.
@@ -203,12 +204,13 @@ class DeviceCachingAllocator:
             if self._dropped:
                 self._free_dropped()
             block = self._live_block(ptr, "record_use")
-            if stream == block.segment.stream:
+            peer = device is not None and device != self.index
+            if stream == block.segment.stream and not peer:
                 return
-            if self.lifetimes.captures:
+            if self.lifetimes.captures and not peer:
                 self.lifetimes.note_stream_use(block, stream)
             else:
-                self.lifetimes.note_use(block, stream)
+                self.lifetimes.note_use(block, stream, device if peer else None)
 
     def empty_cache(self) -> None:
         """Give every whole free segment (and free expandable page) back to the device,

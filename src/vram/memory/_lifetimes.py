@@ -59,6 +59,7 @@ class Lifetimes:
         self.driver = driver
         self.device = device
         self.spare_events: list[int] = []  # created events not in use, for reuse
+        self.peer_spares: dict[int, list[int]] = {}  # the same, of peer devices (record_use)
         self.stream_uses: dict[Block, set[int]] = {}  # record_stream: allocated block -> streams
         self.pending: dict[int, deque] = {}  # stream -> (event, block) recorded at frees
         self.waiting = 0  # PENDING blocks (with events, or deferred until captures end)
@@ -181,23 +182,34 @@ class Lifetimes:
         return done
 
     # ---- record_use and cross-stream reuse ----------------------------------------------
-    def new_event(self) -> int:
-        spare = self.spare_events
-        return spare.pop() if spare else self.driver.event_create(self.device, False)
+    def new_event(self, device: int | None = None) -> int:
+        """A spare event of ``device`` (this allocator's if None), or a new one."""
+        spare = self._spare(device)
+        if spare:
+            return spare.pop()
+        return self.driver.event_create(self.device if device is None else device, False)
 
-    def use_event(self, stream: int) -> UseEvent:
-        """An event recorded on ``stream`` now, to be waited on by a later owner."""
-        event = self.new_event()
+    def _spare(self, device: int | None) -> list[int]:
+        if device is None or device == self.device:
+            return self.spare_events
+        return self.peer_spares.setdefault(device, [])
+
+    def use_event(self, stream: int, device: int | None = None) -> UseEvent:
+        """An event recorded on ``stream`` now (a stream of ``device``: this allocator's if
+        None, or a peer's), to be waited on by a later owner."""
+        event = self.new_event(device)
+        spare = self._spare(device)
         try:
             self.driver.event_record(event, stream)
         except BaseException:
-            self.spare_events.append(event)
+            spare.append(event)
             raise
-        return UseEvent(event, stream, self.spare_events)
+        return UseEvent(event, stream, spare)
 
-    def note_use(self, block: Block, stream: int) -> None:
-        """record_use: the last use of ``block`` on ``stream`` is queued now."""
-        event = self.use_event(stream)
+    def note_use(self, block: Block, stream: int, device: int | None = None) -> None:
+        """record_use: the last use of ``block`` on ``stream`` (of ``device``, when another
+        device reads the memory through peer access) is queued now."""
+        event = self.use_event(stream, device)
         if block.use_events is None:
             block.use_events = [event]
         else:
