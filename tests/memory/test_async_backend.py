@@ -202,6 +202,20 @@ def test_record_use_waits_for_the_last_use_only(pool, sim0, alloc, free, side):
         assert alloc(4 * KiB) == ptr  # reused while the later work is still queued
 
 
+def test_record_use_on_a_peer_devices_stream(pool, sim0, alloc, free):
+    peer = vram.Stream("sim:1")
+    ran: list[str] = []
+    with vram.sim.deferred():
+        ptr, _ = alloc(4 * KiB), alloc(4 * KiB)
+        hold(peer, ran, "peer use")
+        vram.memory.record_use(ptr, peer)
+        free(ptr)
+        assert alloc(4 * KiB) != ptr
+        vram.sim.driver().stream_synchronize(pool._unifier)
+        assert ran == ["peer use"]
+        assert alloc(4 * KiB) == ptr
+
+
 def test_record_stream_on_the_allocation_stream_warns(pool, sim0, alloc):
     ptr = alloc(4 * KiB)
     with pytest.warns(UserWarning, match="unnecessary and has no effect"):

@@ -99,7 +99,8 @@ class _Usage:
     size: int  # bytes asked for
     stream: int  # the stream it was allocated on
     recorded: set[int] | None = None  # record_stream's other streams
-    uses: dict[int, int] | None = None  # record_use: stream -> event recorded at the last use
+    # record_use: (device, stream) -> the event recorded at the last use there
+    uses: dict[tuple[int, int], int] | None = None
 
 
 class _Counters:
@@ -202,20 +203,22 @@ class AsyncAllocator:
             else:
                 usage.recorded.add(stream)
 
-    def record_use(self, ptr: int, stream: int) -> None:
+    def record_use(self, ptr: int, stream: int, device: int | None = None) -> None:
         """The last use of ``ptr`` on ``stream`` is queued now (pytorch#181191's record_use):
-        its free waits for that use, not for everything queued on ``stream`` by then."""
+        its free waits for that use, not for everything queued on ``stream`` by then.
+        ``device``: the stream's device when it is a peer of this one (None: this device)."""
         with self._lock:
             if self._dropped:
                 self._free_dropped()
             usage = self._live(ptr, "record_use")
-            if stream == usage.stream:
+            device = self.index if device is None else device
+            if stream == usage.stream and device == self.index:
                 return
             if usage.uses is None:
                 usage.uses = {}
-            event = usage.uses.get(stream)
-            if event is None:
-                event = usage.uses[stream] = self.driver.event_create(self.index)
+            event = usage.uses.get((device, stream))
+            if event is None:  # recorded on the stream's own device, waited on from this one
+                event = usage.uses[device, stream] = self.driver.event_create(device)
             self.driver.event_record(event, stream)
 
     def empty_cache(self) -> None:
@@ -358,8 +361,8 @@ class AsyncAllocator:
             for stream in (usage.stream, *sorted(recorded)):
                 driver.event_record(self._event, stream)
                 driver.stream_wait_event(unifier, self._event)
-            for stream, event in (usage.uses or {}).items():
-                if stream not in recorded:
+            for (device, stream), event in (usage.uses or {}).items():
+                if device != index or stream not in recorded:
                     driver.stream_wait_event(unifier, event)
             driver.free_async(index, ptr, unifier)
             for event in (usage.uses or {}).values():
