@@ -1,5 +1,6 @@
 """Which library runs a batch: the crossover tables, preferred_linalg_library, pinned plans,
-and cuSOLVER's 64-bit API (taken where the legacy one stops)."""
+vram's blocked LU (real dtypes only), and cuSOLVER's 64-bit API (taken where the legacy one
+stops)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import pytest
 from linalg_helpers import close, random
 
 import vram
-from vram.linalg import _dispatch, _lu, _solve
+from vram.linalg import _blocked, _dispatch, _lu, _solve
 from vram.linalg._dispatch import LU_CROSSOVERS, SOLVE_CROSSOVERS, Plan, plan_lu, plan_solve
 
 TABLE = LU_CROSSOVERS["float32"]
+COMPLEX = LU_CROSSOVERS["complex64"]
 
 
 def test_every_dtype_has_crossovers():
@@ -20,20 +22,41 @@ def test_every_dtype_has_crossovers():
 
 
 def test_default_plans_follow_the_table():
-    small, large = TABLE.cublas_max_n, TABLE.cublas_max_n + 1
-    assert plan_lu(small, small, 64, "float32").path == "cublas"
-    assert plan_lu(large, large, 1, "float32").path == "cusolver"  # one matrix: cuSOLVER
-    big_batch = max(TABLE.streams_min_batch, 2)
-    spread = plan_lu(large, large, big_batch, "float32")
-    assert spread == Plan("streams", min(TABLE.streams, big_batch), TABLE.getrf_algo)
-    assert plan_lu(small, small + 1, 64, "float32").path != "cublas"  # cuBLAS: square only
-    assert plan_solve(SOLVE_CROSSOVERS["float32"].cublas_max_n, 4, 64, "float32").path == "cublas"
+    # complex: cuBLAS's batched LU for small matrices, cuSOLVER above (over side streams)
+    small, large = COMPLEX.cublas_max_n, COMPLEX.cublas_max_n + 1
+    assert plan_lu(small, small, 64, "complex64").path == "cublas"
+    assert plan_lu(large, large, 1, "complex64").path == "cusolver"  # one matrix: cuSOLVER
+    big_batch = max(COMPLEX.streams_min_batch, 2)
+    spread = plan_lu(large, large, big_batch, "complex64")
+    assert spread == Plan("streams", min(COMPLEX.streams, big_batch), COMPLEX.getrf_algo)
+    assert plan_lu(small, small + 1, 64, "complex64").path != "cublas"  # cuBLAS: square only
+    # real: vram's blocked LU where the table takes it and it can run
+    most = min(TABLE.blocked_max_n, _blocked.MAX_ROWS["float32"])
+    batch = max(TABLE.blocked_min_batch, 2)
+    assert plan_lu(most, most, batch, "float32").path == "blocked"
+    assert plan_lu(most, most - 5, batch, "float32").path == "blocked"  # rectangular too
+    beyond = plan_lu(most + 1, most + 1, batch, "float32")
+    assert beyond.path != "blocked"
+    solve_most = min(SOLVE_CROSSOVERS["float32"].blocked_max_n, _blocked.SOLVE_MAX_N)
+    assert plan_solve(solve_most, 4, 64, "float32").path == "blocked"
+    assert plan_solve(solve_most + 1, 4, 64, "float32").path != "blocked"
+    assert plan_solve(8, 4, 64, "complex128").path == "cublas"
+
+
+def test_a_pinned_path_that_cannot_run_gives_way_to_cusolver():
+    with _dispatch.forced("blocked"):
+        assert plan_lu(8, 8, 4, "float64") == Plan("blocked")
+        assert plan_lu(8, 8, 4, "complex64").path == "cusolver"  # vram's kernels: real only
+        too_tall = _blocked.MAX_ROWS["float64"] + 1
+        assert plan_lu(too_tall, 8, 4, "float64").path == "cusolver"
+        assert plan_solve(_blocked.SOLVE_MAX_N + 1, 1, 4, "float32").path == "cusolver"
 
 
 def test_preferred_linalg_library_overrides_the_table():
     n = TABLE.cublas_max_n
     vram.backends.cuda.preferred_linalg_library("cublas")
     assert plan_lu(4 * n, 4 * n, 8, "float32").path == "cublas"
+    assert plan_lu(8, 8, 8, "float32").path == "cublas"  # a library, not vram's kernels
     assert plan_lu(4 * n, 2 * n, 8, "float32").path != "cublas"  # it cannot: not square
     vram.backends.cuda.preferred_linalg_library("cusolver")
     assert plan_lu(8, 8, 4096, "float32").path in ("cusolver", "streams")
@@ -56,7 +79,8 @@ def test_preferred_library_is_read_at_each_call(sim0, monkeypatch):
     vram.linalg.lu_factor(A)
     vram.backends.cuda.preferred_linalg_library("default")
     vram.linalg.lu_factor(A)
-    assert ran[0] == ran[2] == "cublas" and ran[1] in ("cusolver", "streams")
+    assert ran[0] == ran[2] == plan_lu(4, 4, 8, "float32").path
+    assert ran[1] in ("cusolver", "streams")
 
 
 def test_forced_plans_nest_and_reject_unknown_paths():

@@ -1,11 +1,12 @@
-"""vram.linalg's helper kernels (kernels/linalg.cu) compile with NVRTC for sm_90, every
-instance the GPU path may launch; NVRTC needs no GPU, so a broken kernel fails in CI."""
+"""vram.linalg's kernels (kernels/linalg.cu, the helpers, and kernels/lu.cu, the blocked LU)
+compile with NVRTC for sm_90, every instance the GPU path may launch; NVRTC needs no GPU, so
+a broken kernel fails in CI."""
 
 from __future__ import annotations
 
 import pytest
 
-from vram.linalg._cuda_libs import KERNEL_SOURCE, kernel_names
+from vram.linalg._cuda_libs import KERNEL_SOURCE, LU_SOURCE, kernel_names, lu_kernel_names
 
 
 @pytest.fixture(scope="module")
@@ -27,4 +28,26 @@ def test_every_instance_has_a_symbol(program):
     names = kernel_names()
     assert len(names) == 14
     for name in names:
+        assert program.lowered_names[name].startswith("_Z"), name
+
+
+def test_the_blocked_lu_kernels_compile():
+    """Every swap and solve instance, and the panel at its smallest and its largest register
+    tile per dtype (the panels differ only in template constants; compiling all 13 takes
+    a minute on two cores, the GPU run compiles each on first use)."""
+    try:
+        from vram.driver._nvrtc import compile_program, nvrtc_version
+
+        nvrtc_version()
+    except Exception as exc:  # the NVRTC library itself is missing on this machine
+        pytest.skip(f"NVRTC cannot be loaded: {exc}")
+    names = lu_kernel_names()
+    assert len(names) == 7 + 6 + 2 * (1 + 2)  # panels, swap_trsm and getrs per dtype
+    panels = [name for name in names if "panel<" in name]
+    chosen = [name for name in names if "panel<" not in name]
+    chosen += ["vram_lu::panel<float, 32, 1, 32>", "vram_lu::panel<double, 256, 2, 32>"]
+    assert set(chosen) <= set(names) and len(panels) == 13
+    program = compile_program(LU_SOURCE.read_text(), "sm_90", tuple(chosen))
+    assert program.kind == "cubin"
+    for name in chosen:
         assert program.lowered_names[name].startswith("_Z"), name

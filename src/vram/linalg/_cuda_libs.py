@@ -1,5 +1,6 @@
 """vram.linalg's library calls on a GPU: cuSOLVER (``vram.driver._cusolver``), cuBLAS's
-batched LU (``vram.driver._cublas``) and the helper kernels of kernels/linalg.cu (NVRTC).
+batched LU and GEMM (``vram.driver._cublas``), the helper kernels of kernels/linalg.cu and
+the blocked LU's kernels of kernels/lu.cu (``_blocked``), compiled by NVRTC.
 
 The interface (shared with ``_sim_libs.SimLibs``): every method takes the vram Stream to
 run on; pointers are ints; ``dtype`` is a vram dtype name ("float32", "float64",
@@ -17,11 +18,15 @@ import numpy as np
 from .. import memory
 from .._streams import Stream
 from ..blas import cublas_workspace_size
+from ._blocked import PANELS, SOLVE_RHS, SWAP_COLUMNS, SWAP_WIDTH, PanelConfig, Source
 
-__all__ = ["CudaLibs", "kernel_names", "KERNEL_SOURCE"]
+__all__ = ["CudaLibs", "kernel_names", "lu_kernel_names", "KERNEL_SOURCE", "LU_SOURCE"]
 
 KERNEL_SOURCE = Path(__file__).parent / "kernels" / "linalg.cu"
+LU_SOURCE = Path(__file__).parent / "kernels" / "lu.cu"
 _NS = "vram_linalg::"
+_LU_NS = "vram_lu::"
+_LU_TYPES = {"float32": "float", "float64": "double"}
 _C_TYPES = {
     "float32": "float",
     "float64": "double",
@@ -35,6 +40,51 @@ _MAX_BLOCKS = 4096  # the kernels loop over the rest (grid-stride)
 @cache
 def _source() -> str:
     return KERNEL_SOURCE.read_text()
+
+
+@cache
+def _lu_source() -> str:
+    return LU_SOURCE.read_text()
+
+
+def _fields(*names: str) -> np.dtype:
+    """A kernel's argument struct (kernels/lu.cu): 8-byte fields, pointers as integers."""
+    return np.dtype([(name, "<i8") for name in names])
+
+
+_PANEL_ARGS = _fields("lu", "lu_stride", "src", "src_batch", "src_row", "src_col", "ipiv",
+                      "ipiv_stride", "info", "m", "k0", "jb", "pivot")  # fmt: skip
+_SWAP_ARGS = _fields("lu", "lu_stride", "ipiv", "ipiv_stride", "m", "n", "k0", "jb", "pivot")
+_SOLVE_ARGS = _fields("lu", "lu_stride", "ipiv", "ipiv_stride", "b", "b_batch", "b_row",
+                      "b_col", "x", "x_stride", "n", "nrhs", "trans")  # fmt: skip
+
+
+def _pack(layout: np.dtype, *values: int) -> np.void:
+    """One argument struct, as the NumPy scalar a launch copies (one buffer per launch)."""
+    return np.array(values, dtype=np.int64).view(layout)[0]
+
+
+def _panel_name(dtype: str, config: PanelConfig) -> str:
+    t = _LU_TYPES[dtype]
+    return f"panel<{t}, {config.threads}, {config.rows}, {config.width}>"
+
+
+def _swap_name(dtype: str) -> str:
+    return f"swap_trsm<{_LU_TYPES[dtype]}, {SWAP_WIDTH}, {SWAP_COLUMNS}>"
+
+
+def _solve_name(dtype: str, rhs: int) -> str:
+    return f"getrs<{_LU_TYPES[dtype]}, {rhs}>"
+
+
+def lu_kernel_names() -> list[str]:
+    """Every kernel instance of kernels/lu.cu that the blocked LU may launch."""
+    names = []
+    for dtype, table in PANELS.items():
+        names += [_LU_NS + _panel_name(dtype, config) for _, config in table]
+        names.append(_LU_NS + _swap_name(dtype))
+        names += [_LU_NS + _solve_name(dtype, rhs) for rhs in sorted({1, SOLVE_RHS})]
+    return names
 
 
 def kernel_names() -> list[str]:
@@ -55,6 +105,7 @@ class CudaLibs:
         self.solver = _cusolver
         self.blas = _cublas
         self._kernels: dict[tuple[int, str], Any] = {}  # (device, name) -> compiled kernel
+        self._lu_kernels: dict[tuple[int, str], Any] = {}  # the same, of kernels/lu.cu
 
     # ---- cuSOLVER ------------------------------------------------------------------------
     def getrf_workspace(self, s: Stream, dtype: str, m: int, n: int, a: int, lda: int) -> int:
@@ -234,3 +285,112 @@ class CudaLibs:
     ) -> None:
         name = f"slogdet<{_C_TYPES[dtype]}>"
         self._launch(s, name, batch, (sign, logabs, lu, piv, np.int64(n), np.int64(batch)))
+
+    # ---- the blocked LU (kernels/lu.cu, ``_blocked``) -------------------------------------
+    def _lu_launch(
+        self, s: Stream, name: str, grid: tuple[int, int], threads: int, args: np.void
+    ) -> None:
+        key = (s.device.index, name)
+        kernel = self._lu_kernels.get(key)
+        driver = s.device.driver
+        if kernel is None:
+            kernel = driver.compile(s.device.index, _lu_source(), _LU_NS + name)
+            self._lu_kernels[key] = kernel
+        driver.launch(kernel, (grid[0], grid[1], 1), (threads, 1, 1), (args,), s.cuda_stream)
+
+    def lu_panel(
+        self,
+        s: Stream,
+        dtype: str,
+        config: PanelConfig,
+        lu: int,
+        stride: int,
+        m: int,
+        batch: int,
+        source: Source,
+        k0: int,
+        jb: int,
+        pivots: int,
+        k: int,
+        info: int,
+        pivot: bool,
+    ) -> None:
+        src, src_batch, src_row, src_col = source
+        args = _pack(_PANEL_ARGS, lu, stride, src, src_batch, src_row, src_col, pivots, k,
+                     info, m, k0, jb, int(pivot))  # fmt: skip
+        self._lu_launch(s, _panel_name(dtype, config), (batch, 1), config.threads, args)
+
+    def lu_swap_trsm(
+        self,
+        s: Stream,
+        dtype: str,
+        lu: int,
+        stride: int,
+        m: int,
+        n: int,
+        batch: int,
+        k0: int,
+        jb: int,
+        pivots: int,
+        k: int,
+        pivot: bool,
+    ) -> None:
+        args = _pack(_SWAP_ARGS, lu, stride, pivots, k, m, n, k0, jb, int(pivot))
+        tiles = -(-(n - jb) // SWAP_COLUMNS)
+        self._lu_launch(s, _swap_name(dtype), (batch, tiles), SWAP_COLUMNS, args)
+
+    def lu_update_context(self, s: Stream, dtype: str) -> tuple:
+        """The cuBLAS handle on ``s`` in full precision (no TF32), and -1 and 1 as ``dtype``
+        on the host for alpha and beta: what every ``lu_update`` of one call uses."""
+        handle = self._blas_handle(s)
+        self.blas.set_math_mode(handle, self.blas.DEFAULT_MATH)
+        scalars = np.array([-1, 1], dtype=np.float32 if dtype == "float32" else np.float64)
+        return handle, scalars, scalars.ctypes.data
+
+    def lu_update(
+        self,
+        context: tuple,
+        dtype: str,
+        lu: int,
+        stride: int,
+        m: int,
+        n: int,
+        batch: int,
+        k0: int,
+        jb: int,
+    ) -> None:
+        """A22 -= L21 U12: rows and columns k0 + jb.. of every matrix (cuBLAS strided GEMM)."""
+        handle, _, alpha = context
+        item = 4 if dtype == "float32" else 8
+        blas = self.blas
+        rest = k0 + jb
+        a = lu + (rest + k0 * m) * item
+        b = lu + (k0 + rest * m) * item
+        c = lu + (rest + rest * m) * item
+        data = blas.DATA_TYPES[dtype]
+        compute = blas.COMPUTE_TYPES["32F" if dtype == "float32" else "64F"]
+        blas.gemm_strided_batched_ex(
+            handle, blas.OP_N, blas.OP_N, m - rest, n - rest, jb, alpha, a, m, stride,
+            b, m, stride, alpha + item, c, m, stride, batch, data, compute,
+        )  # fmt: skip
+
+    def lu_solve(
+        self,
+        s: Stream,
+        dtype: str,
+        transposed: bool,
+        n: int,
+        nrhs: int,
+        batch: int,
+        lu: int,
+        pivots: int,
+        source: Source,
+        x: int,
+    ) -> None:
+        b, b_batch, b_row, b_col = source
+        rhs = 1 if nrhs == 1 else SOLVE_RHS
+        args = _pack(_SOLVE_ARGS, lu, n * n, pivots, n, b, b_batch, b_row, b_col, x, n * nrhs,
+                     n, nrhs, int(transposed))  # fmt: skip
+        threads = -(-n // 32) * 32
+        grid = (batch, -(-nrhs // rhs))
+        self._lu_launch(s, _solve_name(dtype, rhs), grid, threads, args)

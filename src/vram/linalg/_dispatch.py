@@ -1,6 +1,10 @@
 """Which library runs an LU factorization or an LU solve: the crossover table and the choice.
 
-Three ways to run a batch (the same on a GPU and on the simulated GPU):
+Four ways to run a batch (the same on a GPU and on the simulated GPU):
+- ``"blocked"``: vram's own blocked LU and solve (``_blocked``, kernels/lu.cu): a panel
+  kernel, a swap + triangular-solve kernel and one cuBLAS strided-batched GEMM per step of
+  32 (or 16) columns, for the whole batch at once; one launch for a matrix of at most 32
+  columns. Real dtypes, at most ``_blocked.MAX_ROWS`` rows.
 - ``"cublas"``: cuBLAS's batched routine (getrfBatched / getrsBatched), one launch for the
   whole batch; square matrices only. Wins for small matrices in large batches.
 - ``"cusolver"``: cuSOLVER's routine (getrf / getrs) for each matrix in turn on the current
@@ -11,8 +15,10 @@ Three ways to run a batch (the same on a GPU and on the simulated GPU):
 
 The choice reads ``vram.backends.cuda.preferred_linalg_library()`` at each call: "default"
 follows the crossover tables below; "cublas" takes cuBLAS wherever it applies (square
-matrices); "cusolver" never takes cuBLAS (cuSOLVER on one stream or over side streams, by
-the table). Tests and the benchmark pin a plan with ``forced(...)``.
+matrices); "cusolver" takes neither cuBLAS nor vram's kernels (cuSOLVER on one stream or
+over side streams, by the table). Tests and the benchmark pin a plan with ``forced(...)``;
+a pinned way that cannot run a call (cuBLAS: not square; blocked: complex or too tall)
+gives way to cuSOLVER.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..backends import cuda as _backend
+from . import _blocked
 
 __all__ = [
     "Crossover",
@@ -35,44 +42,56 @@ __all__ = [
     "PATHS",
 ]
 
-PATHS = ("cublas", "cusolver", "streams")
+PATHS = ("cublas", "cusolver", "streams", "blocked")
 
 
 @dataclass(frozen=True, slots=True)
 class Crossover:
-    """Where each way wins, for one dtype (batch >= 2; a single matrix takes cuSOLVER)."""
+    """Where each way wins, for one dtype. In order: vram's blocked LU up to
+    ``blocked_max_n`` (where it can run); else, for batch >= 2, cuBLAS's batched routine up
+    to ``cublas_max_n``; else cuSOLVER, over side streams from ``streams_min_batch``."""
 
     cublas_max_n: int  # square n x n up to this: cuBLAS's batched routine
     streams_min_batch: int  # larger n, batches this large: spread over side streams
     streams: int  # side streams for the spread (fewer when the batch is smaller)
     getrf_algo: int | None = None  # cuSOLVER getrf: None the legacy API, 0/1 Xgetrf's ALG_0/1
+    blocked_max_n: int = 0  # max(m, n) up to this: vram's blocked LU (0: never)
+    blocked_min_batch: int = 1  # ... for batches at least this large
 
 
 # Note [LU crossovers]: fp32 lu_factor on an H100 (bench/linalg.py, ms per call, lower wins;
-# ``python bench/linalg.py --suggest RESULT.json`` prints this table and the values below).
+# ``python bench/linalg.py --suggest RESULT.json`` prints this table from a result).
 #
-#   n x batch     cublas  cusolver  streams
-#   (not measured yet: the H100 run of bench/linalg.py fills this in)
-#
-# Until then the values are estimates from the PyTorch timings that vram's issue 13 quotes:
-# cuBLAS's batched LU takes 2.4 ms at 256x256 and 11.6 ms at 511x64, looped cuSOLVER
-# 61.2 ms at 512x64 (~1 ms per 512 x 512 matrix, most of the GPU idle), so 8 side streams
-# should overtake cuBLAS between n = 256 and 512. float64 and the complex types take
-# float32's crossovers until they are measured.
+# First run (bench/results/linalg-cuda0-2026-11-22.json, before vram's blocked LU):
+#   n x batch     cublas  cusolver  streams 8  streams 16   torch default / cusolver
+#     32 x 4096    0.426    247.0     130.1     128.1        0.130 / 0.108
+#    128 x 1024    1.967    207.4      32.0      33.5        1.81 / 1.73
+#    256 x 256     2.699    108.1      17.2      17.2        3.23 / 2.49
+#    511 x 64     12.27      62.8      25.1      25.1        5.89 / 11.57
+#    512 x 64     10.91      61.5      24.3      24.3        5.59 / 61.18
+#   1024 x 16     69.40      33.3      11.5      11.5       17.84 / 32.95
+#   2048 x 16       -        79.6      25.6      25.3       65.92 / 78.83
+#   4096 x 1        -        13.0        -         -        12.67 / 12.67
+# cuBLAS's batched LU wins to n = 512, the spread over 8 side streams from 1024; one
+# matrix takes cuSOLVER. vram's blocked LU is measured by the next run (this table is then
+# rewritten from it); until then it is taken wherever it can run, real dtypes to 2048 rows.
+# float64 and the complex types take float32's crossovers (they are not measured).
 LU_CROSSOVERS: dict[str, Crossover] = {
-    "float32": Crossover(cublas_max_n=256, streams_min_batch=4, streams=8),
-    "float64": Crossover(cublas_max_n=256, streams_min_batch=4, streams=8),
-    "complex64": Crossover(cublas_max_n=256, streams_min_batch=4, streams=8),
-    "complex128": Crossover(cublas_max_n=256, streams_min_batch=4, streams=8),
+    "float32": Crossover(cublas_max_n=512, streams_min_batch=2, streams=8, blocked_max_n=2048),
+    "float64": Crossover(cublas_max_n=512, streams_min_batch=2, streams=8, blocked_max_n=2048),
+    "complex64": Crossover(cublas_max_n=512, streams_min_batch=2, streams=8),
+    "complex128": Crossover(cublas_max_n=512, streams_min_batch=2, streams=8),
 }
 
-# Note [Solve crossovers]: fp32 lu_solve on an H100 (bench/linalg.py), 1 and 64 right-hand
-# sides; getrsBatched for small n, cuSOLVER getrs above.
+# Note [Solve crossovers]: fp32 solve (lu_factor + lu_solve) on an H100, 1 and 64 right-hand
+# sides; the first run: getrsBatched wins to n = 512 (2.6 ms at 256 x 256, 10.4 at 512 x 64;
+# cuSOLVER over 8 streams 20.5 and 25.8), the streams at 1024 x 16 (12.0 vs 63.3). vram's
+# blocked solve (one kernel) is taken wherever it can run until the next run measures it.
 SOLVE_CROSSOVERS: dict[str, Crossover] = {
-    "float32": Crossover(cublas_max_n=128, streams_min_batch=4, streams=8),
-    "float64": Crossover(cublas_max_n=128, streams_min_batch=4, streams=8),
-    "complex64": Crossover(cublas_max_n=128, streams_min_batch=4, streams=8),
-    "complex128": Crossover(cublas_max_n=128, streams_min_batch=4, streams=8),
+    "float32": Crossover(cublas_max_n=512, streams_min_batch=2, streams=8, blocked_max_n=1024),
+    "float64": Crossover(cublas_max_n=512, streams_min_batch=2, streams=8, blocked_max_n=1024),
+    "complex64": Crossover(cublas_max_n=512, streams_min_batch=2, streams=8),
+    "complex128": Crossover(cublas_max_n=512, streams_min_batch=2, streams=8),
 }
 
 
@@ -109,14 +128,24 @@ def forced(path: str, streams: int = 8, algo: int | None = None) -> Iterator[Pla
         _forced.plan = previous
 
 
-def _plan(table: dict[str, Crossover], m: int, n: int, batch: int, dtype: str) -> Plan:
+def _plan(
+    table: dict[str, Crossover], m: int, n: int, batch: int, dtype: str, blocked: bool
+) -> Plan:
+    """``blocked``: whether vram's blocked LU (or solve) can run this call."""
     crossover = table[dtype]
     pinned = _forced.plan
     if pinned is not None:
-        if pinned.path == "cublas" and m != n:
+        if (pinned.path == "cublas" and m != n) or (pinned.path == "blocked" and not blocked):
             return Plan("cusolver", 1, pinned.algo)
         return pinned
     preferred = _backend.preferred_linalg_library()
+    if (
+        preferred == "default"
+        and blocked
+        and max(m, n) <= crossover.blocked_max_n
+        and batch >= crossover.blocked_min_batch
+    ):
+        return Plan("blocked")
     square = m == n
     if square and batch >= 2 and preferred != "cusolver":
         if preferred == "cublas" or n <= crossover.cublas_max_n:
@@ -128,10 +157,10 @@ def _plan(table: dict[str, Crossover], m: int, n: int, batch: int, dtype: str) -
 
 def plan_lu(m: int, n: int, batch: int, dtype: str) -> Plan:
     """How an LU factorization of ``batch`` m x n matrices of ``dtype`` runs now."""
-    return _plan(LU_CROSSOVERS, m, n, batch, dtype)
+    return _plan(LU_CROSSOVERS, m, n, batch, dtype, _blocked.supports(dtype, m, n))
 
 
 def plan_solve(n: int, nrhs: int, batch: int, dtype: str) -> Plan:
     """How an LU solve of ``batch`` n x n systems with ``nrhs`` right-hand sides runs now."""
-    del nrhs  # the measured crossovers do not depend on it (see Note [Solve crossovers])
-    return _plan(SOLVE_CROSSOVERS, n, n, batch, dtype)
+    blocked = _blocked.solve_supports(dtype, n) and -(-nrhs // _blocked.SOLVE_RHS) <= 65535
+    return _plan(SOLVE_CROSSOVERS, n, n, batch, dtype, blocked)

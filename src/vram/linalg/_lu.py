@@ -3,9 +3,12 @@ solve, inv, det and slogdet share.
 
 Layout (PyTorch's): LU is a (*, m, n) tensor whose matrices are column-major, one after
 another (``LU.mT`` is contiguous: strides (m*n, 1, m)); pivots (*, min(m, n)) int32 1-based
-(LAPACK's); info (*,) int32. The input is copied into LU by one strided copy on the device,
-then factored in place by the plan ``_dispatch.plan_lu`` picks:
+(LAPACK's); info (*,) int32 (pivots and info share one allocation). The input is copied
+into LU by one strided copy on the device, then factored in place by the plan
+``_dispatch.plan_lu`` picks:
 
+- "blocked": vram's blocked LU (``_blocked``); a matrix that one panel covers (at most 32
+  columns) is read where it lies by the one kernel that factors it: no copy;
 - "cublas": getrfBatched over a device array of matrix pointers, made by a kernel into the
   "linalg" workspace (no host copy);
 - "cusolver" / "streams": getrf for each matrix with the workspace size queried ONCE and
@@ -14,8 +17,9 @@ then factored in place by the plan ``_dispatch.plan_lu`` picks:
   table names an algorithm: its int64 pivots go to the "linalg" workspace, and one kernel
   turns them into PyTorch's int32 pivots at the end.
 
-Device allocations per call, whatever the batch: LU, pivots and info (three tensors), and
-the workspaces the first time a (library, stream, thread) needs them, or needs more.
+Device allocations per call, whatever the batch: LU, and pivots with info (two), and
+the workspaces the first time a (library, stream, thread) needs them, or needs more (the
+blocked LU needs none).
 """
 
 from __future__ import annotations
@@ -25,15 +29,24 @@ from typing import NamedTuple
 
 from .._dtypes import int32
 from .._streams import Stream, current_stream
-from .._tensor import Tensor
+from .._tensor import Tensor, contiguous_strides
 from ..driver._cusolver import X_API_ELEMENTS
-from . import _checks
+from . import _blocked, _checks
 from ._batch import run_batch
 from ._dispatch import Plan, plan_lu
 from ._libs import libs_for
 from ._workspace import CallWorkspaces
 
-__all__ = ["lu_factor_ex", "lu_factor", "factor", "column_major_empty", "LUFactor", "LUFactorEx"]
+__all__ = [
+    "lu_factor_ex",
+    "lu_factor",
+    "factor",
+    "column_major_empty",
+    "pivots_and_info",
+    "batch_stride",
+    "LUFactor",
+    "LUFactorEx",
+]
 
 
 class LUFactor(NamedTuple):
@@ -50,14 +63,47 @@ class LUFactorEx(NamedTuple):
 def column_major_empty(batch: tuple[int, ...], m: int, n: int, like: Tensor) -> Tensor:
     """An uninitialized (*batch, m, n) tensor whose matrices are column-major, packed."""
     storage = Tensor._empty((*batch, n, m), like.dtype, like.device)
-    return storage.transpose(-2, -1)
+    return storage._view((*batch, m, n), (*storage._stride[:-2], 1, m), 0)
+
+
+def pivots_and_info(batch: tuple[int, ...], k: int, device) -> tuple[Tensor, Tensor]:
+    """Uninitialized contiguous int32 pivots (*batch, k) and info (*batch,), in ONE
+    allocation (info right after the pivots)."""
+    count = math.prod(batch)
+    both = Tensor._empty((count * (k + 1),), int32, device)
+    pivots = both._view((*batch, k), contiguous_strides((*batch, k)), 0)
+    info = both._view(batch, contiguous_strides(batch), count * k)
+    return pivots, info
+
+
+def batch_stride(t: Tensor) -> int | None:
+    """The one stride between the matrices of ``t`` (*, r, c) taken as a flat batch, or None
+    when its batch dimensions cannot be flattened (0 for a broadcast or single matrix)."""
+    pairs = zip(t.shape[:-2], t.stride()[:-2], strict=True)
+    dims = [(size, step) for size, step in pairs if size != 1]
+    if not dims:
+        return 0
+    step = dims[-1][1]
+    expected = step
+    for size, found in reversed(dims):
+        if found != expected:
+            return None
+        expected = found * size
+    return step
 
 
 def factor(
-    lu: Tensor, pivots: Tensor, info: Tensor, pivot: bool = True, plan: Plan | None = None
+    lu: Tensor,
+    pivots: Tensor,
+    info: Tensor,
+    pivot: bool = True,
+    plan: Plan | None = None,
+    source: Tensor | None = None,
 ) -> Plan:
     """Factor in place the packed column-major matrices of ``lu`` (*, m, n), writing
     ``pivots`` (*, min(m, n)) int32 and ``info`` (*,) int32 (all contiguous, one device).
+    ``source`` (*, m, n): the input, not yet copied into ``lu``: this copies it, unless the
+    plan reads it where it lies (the blocked LU of a matrix one panel covers).
 
     Queued on the current stream; returns the plan it ran. Nothing synchronizes.
     """
@@ -70,9 +116,14 @@ def factor(
         info.zero_()
         return Plan("cusolver")
     dtype = lu.dtype.name
+    plan = plan or plan_lu(m, n, batch, dtype)
+    if plan.path == "blocked":
+        _factor_blocked(lu, pivots, info, pivot, source, dtype, m, n, batch)
+        return plan
+    if source is not None:
+        lu.copy_(source)
     stream = current_stream(lu.device)
     libs = libs_for(lu.device.type)
-    plan = plan or plan_lu(m, n, batch, dtype)
     item = lu.dtype.itemsize
     base, stride = lu.data_ptr(), m * n * item
     ipiv, infos = pivots.data_ptr(), info.data_ptr()
@@ -90,6 +141,37 @@ def factor(
     if not pivot:  # PyTorch returns the trivial permutation
         libs.trivial_pivots(stream, ipiv, k, batch * k)
     return plan
+
+
+def _factor_blocked(
+    lu: Tensor,
+    pivots: Tensor,
+    info: Tensor,
+    pivot: bool,
+    source: Tensor | None,
+    dtype: str,
+    m: int,
+    n: int,
+    batch: int,
+) -> None:
+    """vram's blocked LU (``_blocked``): the input read where it lies when one panel covers
+    it and its batch is one stride, else copied into ``lu`` first."""
+    read = None
+    if source is not None:
+        step = batch_stride(source) if _blocked.one_panel(dtype, m, n) else None
+        if step is None:
+            lu.copy_(source)
+        else:
+            rows, cols = source.stride()[-2:]
+            read = (source.data_ptr(), step, rows, cols)
+    stream = current_stream(lu.device)
+    libs = libs_for(lu.device.type)
+    ipiv = pivots.data_ptr()
+    _blocked.factor(libs, stream, dtype, m, n, batch, lu.data_ptr(), ipiv, info.data_ptr(),
+                    pivot, read)  # fmt: skip
+    if not pivot:  # PyTorch returns the trivial permutation
+        k = min(m, n)
+        libs.trivial_pivots(stream, ipiv, k, batch * k)
 
 
 def _getrf_legacy(
@@ -178,11 +260,11 @@ def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False) -
 def _factor_new(A: Tensor, pivot: bool, plan: Plan | None = None) -> tuple[Tensor, Tensor, Tensor]:
     *batch, m, n = A.shape
     LU = column_major_empty(tuple(batch), m, n, A)
+    pivots, info = pivots_and_info(tuple(batch), min(m, n), A.device)
     if A.numel():
-        LU.copy_(A)
-    pivots = Tensor._empty((*batch, min(m, n)), int32, A.device)
-    info = Tensor._empty(tuple(batch), int32, A.device)
-    factor(LU, pivots, info, pivot, plan)
+        factor(LU, pivots, info, pivot, plan, source=A)
+    else:
+        factor(LU, pivots, info, pivot, plan)
     return LU, pivots, info
 
 

@@ -1,6 +1,6 @@
-"""vram.linalg's library calls on the simulated GPU: cuSOLVER's and cuBLAS's calls, each
-queued on its stream as a kernel is, computed in NumPy by ``_reference`` (LAPACK's
-semantics) over the sim's device memory.
+"""vram.linalg's library calls on the simulated GPU: cuSOLVER's and cuBLAS's calls, and the
+blocked LU's steps (``_blocked``), each queued on its stream as a kernel is, computed in
+NumPy by ``_reference`` (LAPACK's semantics) over the sim's device memory.
 
 They read what the GPU libraries read: the device array of matrix pointers, the workspace
 (which must be allocated and large enough, or the queued call fails as a bad access would),
@@ -299,5 +299,139 @@ class SimLibs:
             self._array(s, sign, batch, _NP[dtype])[:] = np.where(odd, -value, value)
             real = np.dtype(_NP[dtype].char.lower()) if _NP[dtype].kind == "c" else _NP[dtype]
             self._array(s, logabs, batch, real)[:] = total
+
+        self._queue(s, run)
+
+    # ---- the blocked LU's steps (``_blocked``; kernels/lu.cu on a GPU) ---------------------
+    @staticmethod
+    def _strided(
+        s: Stream, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: str
+    ) -> np.ndarray:
+        """A view of sim memory; ``strides`` in elements."""
+        item = _NP[dtype].itemsize
+        byte_strides = tuple(step * item for step in strides)
+        return ndarray_view(s.device.driver.view, ptr, shape, byte_strides, _NP[dtype])
+
+    def _factors(
+        self, s: Stream, lu: int, stride: int, m: int, n: int, batch: int, dtype: str
+    ) -> np.ndarray:
+        return self._strided(s, lu, (batch, m, n), (stride, 1, m), dtype)
+
+    def lu_panel(
+        self,
+        s: Stream,
+        dtype: str,
+        config: Any,
+        lu: int,
+        stride: int,
+        m: int,
+        batch: int,
+        source: tuple[int, int, int, int],
+        k0: int,
+        jb: int,
+        pivots: int,
+        k: int,
+        info: int,
+        pivot: bool,
+    ) -> None:
+        src, src_batch, src_row, src_col = source
+
+        def run() -> None:
+            h = m - k0
+            read = self._strided(s, src, (batch, m, k0 + jb), (src_batch, src_row, src_col), dtype)
+            panel = np.array(read[:, k0:, k0:])
+            found, infos = _reference.getrf(panel, pivot=pivot)
+            out = self._strided(s, lu, (batch, m, k0 + jb), (stride, 1, m), dtype)
+            out[:, k0:, k0:] = panel[:, :h, :jb]
+            if pivot:
+                ipiv = self._array(s, pivots, batch * k, np.int32).reshape(batch, k)
+                ipiv[:, k0 : k0 + jb] = found + k0
+            slots = self._array(s, info, batch, np.int32)
+            shifted = np.where(infos != 0, infos + k0, 0)
+            slots[:] = shifted if k0 == 0 else np.where(slots != 0, slots, shifted)
+
+        self._queue(s, run)
+
+    def lu_swap_trsm(
+        self,
+        s: Stream,
+        dtype: str,
+        lu: int,
+        stride: int,
+        m: int,
+        n: int,
+        batch: int,
+        k0: int,
+        jb: int,
+        pivots: int,
+        k: int,
+        pivot: bool,
+    ) -> None:
+        def run() -> None:
+            a = self._factors(s, lu, stride, m, n, batch, dtype)
+            others = np.r_[0:k0, k0 + jb : n]
+            block = np.array(a[:, k0:, others])  # (batch, m - k0, columns), row-major
+            if pivot:
+                ipiv = self._array(s, pivots, batch * k, np.int32).reshape(batch, k)
+                _reference._swap(block, ipiv[:, k0 : k0 + jb].astype(np.int64) - 1 - k0)
+            right = others >= k0 + jb
+            if right.any():
+                lower = np.array(a[:, k0 : k0 + jb, k0 : k0 + jb])
+                solved = np.array(block[:, :jb][:, :, right])
+                with np.errstate(all="ignore"):
+                    _reference._solve_lower(lower, solved, unit=True)
+                top = block[:, :jb]
+                top[:, :, right] = solved
+            a[:, k0:, others] = block
+
+        self._queue(s, run)
+
+    def lu_update_context(self, s: Stream, dtype: str) -> Stream:
+        return s
+
+    def lu_update(
+        self,
+        context: Stream,
+        dtype: str,
+        lu: int,
+        stride: int,
+        m: int,
+        n: int,
+        batch: int,
+        k0: int,
+        jb: int,
+    ) -> None:
+        s = context
+
+        def run() -> None:
+            a = self._factors(s, lu, stride, m, n, batch, dtype)
+            rest = k0 + jb
+            with np.errstate(all="ignore"):
+                product = np.matmul(a[:, rest:, k0:rest], a[:, k0:rest, rest:])
+                a[:, rest:, rest:] -= product
+
+        self._queue(s, run)
+
+    def lu_solve(
+        self,
+        s: Stream,
+        dtype: str,
+        transposed: bool,
+        n: int,
+        nrhs: int,
+        batch: int,
+        lu: int,
+        pivots: int,
+        source: tuple[int, int, int, int],
+        x: int,
+    ) -> None:
+        b, b_batch, b_row, b_col = source
+
+        def run() -> None:
+            factors = self._factors(s, lu, n * n, n, n, batch, dtype)
+            ipiv = self._array(s, pivots, batch * n, np.int32).reshape(batch, n)
+            rhs = np.array(self._strided(s, b, (batch, n, nrhs), (b_batch, b_row, b_col), dtype))
+            _reference.getrs(factors, ipiv, rhs, "T" if transposed else "N")
+            self._factors(s, x, n * nrhs, n, nrhs, batch, dtype)[...] = rhs
 
         self._queue(s, run)

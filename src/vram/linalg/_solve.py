@@ -1,7 +1,8 @@
 """Solves from an LU factorization: lu_solve, solve(_ex), inv(_ex), det and slogdet.
 
 - ``solve_in_place(lu, pivots, x, trans)`` runs getrs on packed column-major matrices by the
-  plan ``_dispatch.plan_solve`` picks: cuBLAS getrsBatched over device pointer arrays,
+  plan ``_dispatch.plan_solve`` picks: vram's blocked solve (one kernel, ``_blocked``, which
+  reads B where it lies: no copy of it), cuBLAS getrsBatched over device pointer arrays,
   or cuSOLVER getrs per matrix on the current stream or over side streams.
 - det and slogdet factor A^T when A is contiguous (row-major A's memory read column-major
   *is* A^T), which saves the transposing copy: det(A^T) = det(A). solve and inv factor A
@@ -22,11 +23,11 @@ from .._dtypes import complex64, complex128, float32, float64, int32
 from .._streams import Stream, current_stream
 from .._tensor import Tensor, contiguous_strides
 from ..driver._cusolver import OP_C, OP_N, OP_T, X_API_ELEMENTS
-from . import _checks
+from . import _blocked, _checks
 from ._batch import run_batch
 from ._dispatch import Plan, plan_solve
 from ._libs import libs_for
-from ._lu import column_major_empty, factor
+from ._lu import batch_stride, column_major_empty, factor, pivots_and_info
 from ._workspace import CallWorkspaces
 
 __all__ = [
@@ -63,11 +64,18 @@ class Slogdet(NamedTuple):
 
 
 def solve_in_place(
-    lu: Tensor, pivots: Tensor, x: Tensor, trans: int, plan: Plan | None = None
+    lu: Tensor,
+    pivots: Tensor,
+    x: Tensor,
+    trans: int,
+    plan: Plan | None = None,
+    source: Tensor | None = None,
 ) -> Plan:
     """Solve op(A) X = B in place of ``x`` (*, n, nrhs), packed column-major, from ``lu``
     (*, n, n) packed column-major and ``pivots`` (*, n) contiguous, one batch for all three.
-    ``trans``: OP_N, OP_T or OP_C. Queued on the current stream; returns the plan it ran."""
+    ``trans``: OP_N, OP_T or OP_C. ``source`` (*, n, nrhs): B, not yet copied into ``x``:
+    this copies it, unless the plan reads it where it lies (the blocked solve).
+    Queued on the current stream; returns the plan it ran."""
     *batch_dims, n, nrhs = x.shape
     batch = math.prod(batch_dims)
     if batch == 0 or n == 0 or nrhs == 0:
@@ -76,6 +84,11 @@ def solve_in_place(
     stream = current_stream(x.device)
     libs = libs_for(x.device.type)
     plan = plan or plan_solve(n, nrhs, batch, dtype)
+    if plan.path == "blocked":
+        _solve_blocked(libs, stream, lu, pivots, x, trans, source)
+        return plan
+    if source is not None:
+        x.copy_(source)
     item = x.dtype.itemsize
     a, a_step = lu.data_ptr(), n * n * item
     b, b_step = x.data_ptr(), n * nrhs * item
@@ -112,6 +125,28 @@ def solve_in_place(
 
     run_batch(stream, batch, plan.streams, no_workspace, call)
     return plan
+
+
+def _solve_blocked(
+    libs, stream: Stream, lu: Tensor, pivots: Tensor, x: Tensor, trans: int, source: Tensor | None
+) -> None:
+    """vram's blocked solve (``_blocked``; real dtypes, where OP_C is OP_T): B read where it
+    lies when its batch is one stride, else copied into ``x`` first."""
+    *batch_dims, n, nrhs = x.shape
+    read = None
+    if source is not None:
+        step = batch_stride(source)
+        if step is None:
+            x.copy_(source)
+        else:
+            rows, cols = source.stride()[-2:]
+            read = (source.data_ptr(), step, rows, cols)
+    out = x.data_ptr()
+    if read is None:
+        rows, cols = x.stride()[-2:]
+        read = (out, n * nrhs, rows, cols)
+    _blocked.solve(libs, stream, x.dtype.name, trans != OP_N, n, nrhs, math.prod(batch_dims),
+                   lu.data_ptr(), pivots.data_ptr(), read, out)  # fmt: skip
 
 
 # ---- lu_solve ------------------------------------------------------------------------------
@@ -178,17 +213,19 @@ def _solve_packed(
     if left:
         nrhs = B.shape[-1]
         x = column_major_empty(batch, n, nrhs, B)
-        x.copy_(B.expand(*batch, n, nrhs))
-        solve_in_place(lu, pivots, x, trans)
+        solve_in_place(lu, pivots, x, trans, source=B.expand(*batch, n, nrhs))
         return x
     nrhs = B.shape[-2]
     out = Tensor._empty((*batch, nrhs, n), B.dtype, B.device)  # X, row-major: X^T column-major
-    out.copy_(B.expand(*batch, nrhs, n))
-    stream = current_stream(B.device)
-    libs = libs_for(B.device.type)
     if conjugate:
+        out.copy_(B.expand(*batch, nrhs, n))
+        stream = current_stream(B.device)
+        libs = libs_for(B.device.type)
         libs.conj(stream, B.dtype.name, out.data_ptr(), out.numel())
-    solve_in_place(lu, pivots, out.transpose(-2, -1), trans)
+        solve_in_place(lu, pivots, out.transpose(-2, -1), trans)
+    else:
+        source = B.expand(*batch, nrhs, n).transpose(-2, -1)
+        solve_in_place(lu, pivots, out.transpose(-2, -1), trans, source=source)
     if conjugate:
         libs.conj(stream, B.dtype.name, out.data_ptr(), out.numel())
     return out
@@ -230,15 +267,12 @@ def _factor_for_solve(A: Tensor, transpose: bool = False) -> tuple[Tensor, Tenso
     if transposed:
         storage = Tensor._empty(tuple(A.shape), A.dtype, A.device)
         lu = storage.transpose(-2, -1)  # A^T, packed column-major
-        if A.numel():
-            storage.copy_(A)
+        source = A.transpose(-2, -1)
     else:
         lu = column_major_empty(tuple(batch), n, n, A)
-        if A.numel():
-            lu.copy_(A)
-    pivots = Tensor._empty((*batch, n), int32, A.device)
-    info = Tensor._empty(tuple(batch), int32, A.device)
-    factor(lu, pivots, info)
+        source = A
+    pivots, info = pivots_and_info(tuple(batch), n, A.device)
+    factor(lu, pivots, info, source=source if A.numel() else None)
     return lu, pivots, info, transposed
 
 

@@ -1,0 +1,168 @@
+"""vram's own LU for batches of real matrices (kernels/lu.cu): the blocked factorization and
+the solve from its factors, one driver for every device (``_libs`` runs each step).
+
+The factorization is LAPACK's right-looking getrf run for the whole batch at once, column
+panel by column panel [k0, k0 + jb):
+
+1. ``lu_panel``: rows k0..m of the panel factored with partial pivoting, one block per
+   matrix holding the panel in registers (pivots and info as getrf's);
+2. ``lu_swap_trsm``: the panel's row interchanges applied to every other column, and the
+   block right of it solved with the panel's unit lower triangle (U12);
+3. ``lu_update``: A22 -= L21 U12, one strided-batched GEMM (cuBLAS's, in full precision).
+
+A block holds ``threads * rows`` rows of ``width`` columns (``panel_config``, by the rows
+left), so the panels of one matrix get wider as it shrinks. A matrix one panel covers
+(n <= m and n <= width) is factored by one launch, which reads the input where it lies (any strides)
+instead of a copy of it. No workspace, no pointer arrays: the factors, pivots and info are
+all the memory a call needs.
+
+The solve is one launch: a block per (matrix, up to SOLVE_RHS right-hand sides), a thread
+per row, P, L and U applied in turn (for A^T: U^T, L^T and P^T), reading B where it lies
+and writing X column-major; B may be X.
+
+Real dtypes only: complex ones go to cuBLAS and cuSOLVER (whose complex pivot rules differ:
+see ``vram.linalg``), as do matrices of more than ``MAX_ROWS`` rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+__all__ = [
+    "PanelConfig",
+    "PANELS",
+    "MAX_ROWS",
+    "SWAP_WIDTH",
+    "SWAP_COLUMNS",
+    "SOLVE_MAX_N",
+    "SOLVE_RHS",
+    "supports",
+    "panel_config",
+    "one_panel",
+    "factor",
+    "solve_supports",
+    "solve",
+]
+
+
+class PanelConfig(NamedTuple):
+    """A panel kernel's shape: ``threads`` per block, ``rows`` per thread, ``width`` columns."""
+
+    threads: int
+    rows: int
+    width: int
+
+
+# (most rows, the config): registers per thread are rows * width elements, kept under what
+# a block of that many threads may use (255 registers at 256 threads, 128 at 512), so that
+# nothing spills (ptxas -v on sm_90: 64 to 188 registers, no spill).
+PANELS: dict[str, tuple[tuple[int, PanelConfig], ...]] = {
+    "float32": (
+        (32, PanelConfig(32, 1, 32)),
+        (64, PanelConfig(64, 1, 32)),
+        (128, PanelConfig(128, 1, 32)),
+        (256, PanelConfig(256, 1, 32)),
+        (512, PanelConfig(256, 2, 32)),
+        (1024, PanelConfig(512, 2, 32)),
+        (2048, PanelConfig(512, 4, 16)),
+    ),
+    "float64": (
+        (32, PanelConfig(32, 1, 32)),
+        (64, PanelConfig(64, 1, 32)),
+        (128, PanelConfig(128, 1, 32)),
+        (256, PanelConfig(256, 1, 32)),
+        (512, PanelConfig(256, 2, 32)),
+        (1024, PanelConfig(512, 2, 16)),
+    ),
+}
+MAX_ROWS = {dtype: table[-1][0] for dtype, table in PANELS.items()}
+SWAP_WIDTH = 32  # swap_trsm's widest panel
+SWAP_COLUMNS = 128  # its threads per block, one column each
+SOLVE_MAX_N = 1024  # the solve's one thread per row
+SOLVE_RHS = 8  # right-hand sides per block (1 when there is one)
+
+
+def supports(dtype: str, m: int, n: int) -> bool:
+    """Whether an m x n matrix of ``dtype`` can be factored here."""
+    limit = MAX_ROWS.get(dtype)
+    return limit is not None and 0 < m <= limit and n > 0
+
+
+def panel_config(dtype: str, rows: int) -> PanelConfig:
+    """The panel kernel for a panel of ``rows`` rows (at most MAX_ROWS[dtype])."""
+    for most, config in PANELS[dtype]:
+        if rows <= most:
+            return config
+    raise ValueError(f"rows: at most {MAX_ROWS[dtype]} for {dtype}, got {rows}")
+
+
+def one_panel(dtype: str, m: int, n: int) -> bool:
+    """Whether one panel covers every column (n <= m, and n <= its width): one launch,
+    reading the input in place."""
+    return supports(dtype, m, n) and n <= min(m, panel_config(dtype, m).width)
+
+
+Source = tuple[int, int, int, int]  # (pointer, batch stride, row stride, column stride)
+
+
+def factor(
+    libs: Any,
+    stream: Any,
+    dtype: str,
+    m: int,
+    n: int,
+    batch: int,
+    lu: int,
+    pivots: int,
+    info: int,
+    pivot: bool,
+    source: Source | None = None,
+) -> None:
+    """P A = L U for ``batch`` m x n column-major matrices at ``lu`` (m * n apart): pivots
+    (min(m, n) int32 per matrix) and info (one int32 each) as getrf's. ``source``: read the
+    input there instead (one panel only: see ``one_panel``). Queued on ``stream``."""
+    k = min(m, n)
+    stride = m * n
+    if source is not None and not one_panel(dtype, m, n):
+        raise ValueError("source: only a matrix that one panel covers is read in place")
+    own = (lu, stride, 1, m)
+    update = None
+    k0 = 0
+    while k0 < k:
+        config = panel_config(dtype, m - k0)
+        jb = min(config.width, k - k0)
+        read = source if (source is not None and k0 == 0) else own
+        libs.lu_panel(stream, dtype, config, lu, stride, m, batch, read, k0, jb, pivots, k, info,
+                      pivot)  # fmt: skip
+        right = n - k0 - jb
+        if right > 0 or (pivot and k0 > 0):
+            libs.lu_swap_trsm(stream, dtype, lu, stride, m, n, batch, k0, jb, pivots, k, pivot)
+        if right > 0 and m > k0 + jb:
+            if update is None:
+                update = libs.lu_update_context(stream, dtype)
+            libs.lu_update(update, dtype, lu, stride, m, n, batch, k0, jb)
+        k0 += jb
+
+
+def solve_supports(dtype: str, n: int) -> bool:
+    """Whether n x n systems of ``dtype`` can be solved here."""
+    return dtype in PANELS and 0 < n <= SOLVE_MAX_N
+
+
+def solve(
+    libs: Any,
+    stream: Any,
+    dtype: str,
+    transposed: bool,
+    n: int,
+    nrhs: int,
+    batch: int,
+    lu: int,
+    pivots: int,
+    source: Source,
+    x: int,
+) -> None:
+    """X with A X = B (A^T X = B when ``transposed``) from getrf's factors at ``lu`` (n x n
+    column-major, n * n apart) and ``pivots`` (n per matrix): B read at ``source``, X
+    written column-major at ``x`` (n * nrhs apart; it may be B). Queued on ``stream``."""
+    libs.lu_solve(stream, dtype, transposed, n, nrhs, batch, lu, pivots, source, x)

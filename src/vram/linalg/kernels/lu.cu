@@ -1,0 +1,404 @@
+// vram.linalg's own LU for batches of real matrices: a blocked right-looking factorization
+// (LAPACK's getrf, run for the whole batch at once) and a solve from its factors.
+//
+// One step of the factorization, for the column panel [k0, k0 + jb) of every matrix:
+// - panel: factor rows [k0, m) of the panel with partial pivoting, one block per matrix,
+//   the panel in registers (each thread holds R rows of NB columns); rows are never moved
+//   while it runs, a position per row says where it is, and every row is stored at its
+//   final place at the end. Pivots are LAPACK's (1-based, absolute row numbers); info is
+//   the first zero pivot (1-based), as getrf's.
+// - swap_trsm: the panel's row interchanges applied, in order, to every other column, and
+//   the columns right of the panel solved with the panel's unit lower triangle (U12).
+// - the trailing update A22 -= L21 U12 is one cuBLAS strided-batched GEMM (the caller's).
+// getrs solves op(A) X = B from the factors: one block per matrix and RT right-hand sides,
+// one thread per row.
+//
+// Matrices are column-major (element (i, j) at i + j * m), one after another ``stride``
+// elements apart, as vram.linalg lays them out. Every kernel takes ONE argument, a struct
+// of 8-byte fields (pointers and long long), so a launch packs one buffer.
+
+namespace vram_lu {
+
+typedef unsigned long long u64;
+typedef long long i64;
+
+__device__ __forceinline__ float magnitude(float x) { return fabsf(x); }
+__device__ __forceinline__ double magnitude(double x) { return fabs(x); }
+// LAPACK's sfmin: below it, a column is divided by its pivot instead of scaled by 1 / pivot
+template <typename T> __device__ __forceinline__ T smallest_normal();
+template <> __device__ __forceinline__ float smallest_normal<float>() { return 1.17549435e-38f; }
+template <> __device__ __forceinline__ double smallest_normal<double>() {
+    return 2.2250738585072014e-308;
+}
+
+// The pivot search's key: |x|, with NaN below every number (a NaN is a pivot only where
+// every candidate is NaN), and -1 for a row that is not a candidate. Keys and positions
+// make a strict total order, so every lane of a butterfly reduction ends with one winner.
+template <typename T> __device__ __forceinline__ T search_key(T x) {
+    T m = magnitude(x);
+    return m != m ? T(-0.5) : m;
+}
+
+template <typename T>
+__device__ __forceinline__ bool beats(T key, i64 pos, T other_key, i64 other_pos) {
+    return key > other_key || (key == other_key && pos < other_pos);
+}
+
+constexpr i64 NONE = 0x7fffffffffffffffLL;  // the position of "no candidate"
+
+// row[c] for a runtime c, with every index known at compile time (row stays in registers)
+template <typename T, int NB> __device__ __forceinline__ T column(const T (&row)[NB], int c) {
+    T x = row[0];
+#pragma unroll
+    for (int j = 1; j < NB; ++j) {
+        if (j == c) x = row[j];
+    }
+    return x;
+}
+
+struct PanelArgs {
+    u64 lu;           // T*: the factors, column-major, ld = m
+    i64 lu_stride;    // elements between matrices
+    u64 src;          // const T*: where the panel is read from (lu itself, or the input)
+    i64 src_batch;    // src's strides, in elements: between matrices, rows, columns
+    i64 src_row;
+    i64 src_col;
+    u64 ipiv;         // int*: pivots (k per matrix)
+    i64 ipiv_stride;  // k
+    u64 info;         // int*: one per matrix
+    i64 m;
+    i64 k0;           // the panel's first column (and row)
+    i64 jb;           // its width, at most NB
+    i64 pivot;        // 0: no row interchanges
+};
+
+template <typename T, int THREADS, int R, int NB>
+__global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
+    constexpr int WARPS = THREADS / 32;
+    __shared__ T rows[2][WARPS][NB];  // each warp's best row, by column parity
+    __shared__ T keys[2][WARPS];
+    __shared__ i64 places[2][WARPS];
+
+    const i64 b = blockIdx.x;
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const i64 m = args.m, k0 = args.k0, jb = args.jb;
+    const i64 h = m - k0;  // the panel's rows
+    const bool pivot = args.pivot != 0;
+
+    T a[R][NB];
+    i64 pos[R];  // where each of this thread's rows is now (-1: no row)
+    const T* src = reinterpret_cast<const T*>(args.src) + b * args.src_batch;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const i64 i = tid + (i64)r * THREADS;
+        pos[r] = i < h ? i : -1;
+        const T* row = src + (k0 + i) * args.src_row + k0 * args.src_col;
+#pragma unroll
+        for (int c = 0; c < NB; ++c) a[r][c] = (i < h && c < jb) ? row[c * args.src_col] : T(0);
+    }
+
+    // The columns in turn (a loop, not unrolled: each step touches every register column
+    // with a compile-time index and a runtime mask, so the registers stay registers and the
+    // kernel stays small).
+    i64 first_zero = 0;
+#pragma unroll 1
+    for (int c = 0; c < jb; ++c) {
+        const int buf = c & 1;
+        // this thread's best candidate, then the warp's
+        T key = T(-1);
+        i64 place = NONE;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const bool candidate = pivot ? pos[r] >= c : pos[r] == c;
+            if (candidate) {
+                const T k = search_key(column(a[r], c));
+                if (beats(k, pos[r], key, place)) {
+                    key = k;
+                    place = pos[r];
+                }
+            }
+        }
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            const T other_key = __shfl_xor_sync(0xffffffffu, key, offset);
+            const i64 other_place = __shfl_xor_sync(0xffffffffu, place, offset);
+            if (beats(other_key, other_place, key, place)) {
+                key = other_key;
+                place = other_place;
+            }
+        }
+        // the warp's best row goes to shared memory, from the thread that holds it
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (place != NONE && pos[r] == place) {
+#pragma unroll
+                for (int j = 0; j < NB; ++j) {
+                    if (j >= c) rows[buf][warp][j] = a[r][j];
+                }
+            }
+        }
+        if (lane == 0) {
+            keys[buf][warp] = key;
+            places[buf][warp] = place;
+        }
+        __syncthreads();
+        // the block's best, found by every thread alike
+        T best = keys[buf][0];
+        i64 p = places[buf][0];
+        int w = 0;
+#pragma unroll
+        for (int v = 1; v < WARPS; ++v) {
+            const T other_key = keys[buf][v];
+            const i64 other_place = places[buf][v];
+            if (beats(other_key, other_place, best, p)) {
+                best = other_key;
+                p = other_place;
+                w = v;
+            }
+        }
+        const T* prow = rows[buf][w];
+        const T d = prow[c];
+        // LAPACK's interchange of rows c and p, as positions
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (pos[r] == p) {
+                pos[r] = c;
+            } else if (pos[r] == c) {
+                pos[r] = p;
+            }
+        }
+        if (tid == 0) {
+            if (pivot) {
+                int* ipiv = reinterpret_cast<int*>(args.ipiv) + b * args.ipiv_stride;
+                ipiv[k0 + c] = (int)(k0 + p + 1);
+            }
+            if (d == T(0) && first_zero == 0) first_zero = k0 + c + 1;
+        }
+        // L's column (a zero pivot leaves it unscaled, as LAPACK), then the rank-1 update
+        const bool scale = d != T(0);
+        const bool reciprocal = magnitude(d) >= smallest_normal<T>();
+        const T inverse = scale ? T(1) / d : T(0);
+        T l[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            l[r] = T(0);
+            if (pos[r] > c) {
+                T x = column(a[r], c);
+                if (scale) x = reciprocal ? x * inverse : x / d;
+                l[r] = x;
+#pragma unroll
+                for (int j = 0; j < NB; ++j) {
+                    if (j == c) a[r][j] = x;
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NB; ++j) {
+            if (j > c) {
+                const T u = prow[j];
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (pos[r] > c) a[r][j] -= l[r] * u;
+                }
+            }
+        }
+    }
+
+    if (tid == 0) {
+        int* info = reinterpret_cast<int*>(args.info) + b;
+        if (k0 == 0) {
+            *info = (int)first_zero;
+        } else if (first_zero != 0 && *info == 0) {
+            *info = (int)first_zero;
+        }
+    }
+    T* out = reinterpret_cast<T*>(args.lu) + b * args.lu_stride;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (pos[r] >= 0) {
+            T* row = out + (k0 + pos[r]) + k0 * m;
+#pragma unroll
+            for (int c = 0; c < NB; ++c) {
+                if (c < jb) row[c * m] = a[r][c];
+            }
+        }
+    }
+}
+
+struct SwapArgs {
+    u64 lu;  // T*
+    i64 lu_stride;
+    u64 ipiv;  // const int*
+    i64 ipiv_stride;
+    i64 m;
+    i64 n;
+    i64 k0;
+    i64 jb;
+    i64 pivot;
+};
+
+// One thread per column outside the panel [k0, k0 + jb), blockIdx.x the matrix: the panel's
+// interchanges (rows k0 + c and ipiv[k0 + c] - 1, for c in order), then, right of the panel,
+// rows [k0, k0 + jb) <- L11^-1 rows [k0, k0 + jb) (L11 unit lower, from the panel).
+template <typename T, int NB, int COLS>
+__global__ void __launch_bounds__(COLS) swap_trsm(const SwapArgs args) {
+    __shared__ T lower[NB][NB + 1];
+    __shared__ T x[NB][COLS];
+    __shared__ i64 target[NB];
+
+    const i64 b = blockIdx.x;
+    const int tid = threadIdx.x;
+    const i64 m = args.m, n = args.n, k0 = args.k0, jb = args.jb;
+    T* a = reinterpret_cast<T*>(args.lu) + b * args.lu_stride;
+    for (i64 e = tid; e < jb * jb; e += COLS) {
+        const i64 i = e % jb, c = e / jb;
+        lower[i][c] = a[(k0 + i) + (k0 + c) * m];
+    }
+    if (tid < jb) {
+        const int* ipiv = reinterpret_cast<const int*>(args.ipiv) + b * args.ipiv_stride;
+        target[tid] = args.pivot ? (i64)ipiv[k0 + tid] - 1 : k0 + tid;
+    }
+    __syncthreads();
+
+    const i64 q = (i64)blockIdx.y * COLS + tid;
+    if (q >= n - jb) return;  // no barrier below
+    const i64 j = q < k0 ? q : q + jb;
+    T* col = a + j * m;
+    for (i64 c = 0; c < jb; ++c) x[c][tid] = col[k0 + c];
+    for (i64 c = 0; c < jb; ++c) {
+        const i64 r = target[c];
+        if (r == k0 + c) continue;
+        const T kept = x[c][tid];
+        if (r < k0 + jb) {
+            x[c][tid] = x[r - k0][tid];
+            x[r - k0][tid] = kept;
+        } else {
+            x[c][tid] = col[r];
+            col[r] = kept;
+        }
+    }
+    if (j > k0) {
+        for (i64 c = 0; c + 1 < jb; ++c) {
+            const T xc = x[c][tid];
+            for (i64 i = c + 1; i < jb; ++i) x[i][tid] -= lower[i][c] * xc;
+        }
+    }
+    for (i64 c = 0; c < jb; ++c) col[k0 + c] = x[c][tid];
+}
+
+struct SolveArgs {
+    u64 lu;  // const T*: n x n factors, ld = n
+    i64 lu_stride;
+    u64 ipiv;  // const int*: n per matrix
+    i64 ipiv_stride;
+    u64 b;  // const T*: the right-hand sides, any strides (may be x itself)
+    i64 b_batch;
+    i64 b_row;
+    i64 b_col;
+    u64 x;  // T*: the solution, column-major n x nrhs, ld = n
+    i64 x_stride;
+    i64 n;
+    i64 nrhs;
+    i64 trans;  // 0: A X = B; else A^T X = B
+};
+
+// One block per (matrix, RT right-hand sides), one thread per row (n <= blockDim.x <= 1024):
+// A = P^T L U, so X = U^-1 L^-1 P B, or for A^T: X = P^T L^-T U^-T B. Each step shares one
+// row's values through shared memory (two buffers, alternating, so one barrier a step).
+// Every read of B comes before the first step's barrier and every write of X after the
+// last one, so B may be X (in place).
+template <typename T, int RT>
+__global__ void __launch_bounds__(1024) getrs(const SolveArgs args) {
+    __shared__ int order[1024];        // row r of P B is row order[r] of B (for A^T: row r
+                                       // of X is the solved row order[r])
+    __shared__ int destination[1024];  // for A^T: where the solved row r goes in X
+    __shared__ int swaps[1024];        // the pivots, 0-based
+    __shared__ T shared[2][RT];
+
+    const i64 b = blockIdx.x;
+    const int i = threadIdx.x;
+    const i64 n = args.n;
+    const i64 first = (i64)blockIdx.y * RT;  // this block's first right-hand side
+    const bool transposed = args.trans != 0;
+    const T* lu = reinterpret_cast<const T*>(args.lu) + b * args.lu_stride;
+    const int* ipiv = reinterpret_cast<const int*>(args.ipiv) + b * args.ipiv_stride;
+
+    for (i64 r = i; r < n; r += blockDim.x) {
+        swaps[r] = ipiv[r] - 1;
+        order[r] = (int)r;
+    }
+    __syncthreads();
+    if (i == 0) {  // LAPACK's interchanges, in order (or for A^T in reverse), as a gather
+        for (i64 s = 0; s < n; ++s) {
+            const i64 r = transposed ? n - 1 - s : s;
+            const int t = swaps[r], kept = order[r];
+            order[r] = order[t];
+            order[t] = kept;
+        }
+    }
+    __syncthreads();
+    if (transposed) {  // the solved row j goes to row r of X where order[r] == j
+        for (i64 r = i; r < n; r += blockDim.x) destination[order[r]] = (int)r;
+    }
+    T v[RT];
+    const T* rhs = reinterpret_cast<const T*>(args.b) + b * args.b_batch;
+    if (i < n) {
+        const i64 from = transposed ? i : order[i];
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+            v[r] = first + r < args.nrhs ? rhs[from * args.b_row + (first + r) * args.b_col] : T(0);
+    }
+
+    i64 step = 0;
+    // forward: L (unit lower) or U^T (lower)
+    for (i64 k = 0; k < n; ++k, ++step) {
+        const int buf = step & 1;
+        if (i == k) {
+            if (transposed) {
+                const T d = lu[k + k * n];
+#pragma unroll
+                for (int r = 0; r < RT; ++r) v[r] /= d;
+            }
+#pragma unroll
+            for (int r = 0; r < RT; ++r) shared[buf][r] = v[r];
+        }
+        __syncthreads();
+        if (i > k && i < n) {
+            const T l = transposed ? lu[k + i * n] : lu[i + k * n];
+#pragma unroll
+            for (int r = 0; r < RT; ++r) v[r] -= l * shared[buf][r];
+        }
+    }
+    // backward: U (upper) or L^T (unit upper)
+    for (i64 k = n - 1; k >= 0; --k, ++step) {
+        const int buf = step & 1;
+        if (i == k) {
+            if (!transposed) {
+                const T d = lu[k + k * n];
+#pragma unroll
+                for (int r = 0; r < RT; ++r) v[r] /= d;
+            }
+#pragma unroll
+            for (int r = 0; r < RT; ++r) shared[buf][r] = v[r];
+        }
+        __syncthreads();
+        if (i < k) {
+            const T u = transposed ? lu[k + i * n] : lu[i + k * n];
+#pragma unroll
+            for (int r = 0; r < RT; ++r) v[r] -= u * shared[buf][r];
+        }
+    }
+
+    if (i < n) {
+        T* x = reinterpret_cast<T*>(args.x) + b * args.x_stride;
+        const i64 to = transposed ? destination[i] : i;
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+            if (first + r < args.nrhs) x[to + (first + r) * n] = v[r];
+        }
+    }
+}
+
+}  // namespace vram_lu

@@ -1,0 +1,77 @@
+// Just enough of CUDA to run vram.linalg's LU kernels (kernels/lu.cu) on a CPU, for tests on
+// machines without a GPU: every thread of a block is a std::thread, __syncthreads is a
+// std::barrier of the block, a warp shuffle is an exchange through memory between two
+// barriers of the warp, and __shared__ variables are function statics (one block runs at a
+// time). Slow, but it runs the kernels' own code: the same indexing, barriers and races.
+#pragma once
+
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+};
+
+inline thread_local dim3 threadIdx;
+inline thread_local dim3 blockIdx;
+inline dim3 blockDim;
+inline dim3 gridDim;
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(threads)
+#define __shared__ static
+
+namespace cuda_on_cpu {
+inline std::barrier<>* block_barrier = nullptr;
+inline std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
+inline unsigned char exchange[1024][16];
+}  // namespace cuda_on_cpu
+
+inline void __syncthreads() { cuda_on_cpu::block_barrier->arrive_and_wait(); }
+
+template <typename T> T __shfl_xor_sync(unsigned, T value, int offset) {
+    using namespace cuda_on_cpu;
+    const unsigned t = threadIdx.x;
+    std::memcpy(exchange[t], &value, sizeof(T));
+    warp_barriers[t / 32]->arrive_and_wait();
+    T other;
+    std::memcpy(&other, exchange[t ^ (unsigned)offset], sizeof(T));
+    warp_barriers[t / 32]->arrive_and_wait();
+    return other;
+}
+
+namespace cuda_on_cpu {
+// Run ``kernel`` (a callable taking no argument) over ``grid`` blocks of ``block.x`` threads
+// (a multiple of 32), one block after another.
+inline void launch(dim3 grid, dim3 block, const std::function<void()>& kernel) {
+    gridDim = grid;
+    blockDim = block;
+    const unsigned threads = block.x;
+    for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+            for (unsigned x = 0; x < grid.x; ++x) {
+                std::barrier<> barrier((std::ptrdiff_t)threads);
+                block_barrier = &barrier;
+                warp_barriers.clear();
+                for (unsigned w = 0; w < (threads + 31) / 32; ++w)
+                    warp_barriers.push_back(std::make_unique<std::barrier<>>(32));
+                std::vector<std::thread> running;
+                for (unsigned t = 0; t < threads; ++t)
+                    running.emplace_back([&, t] {
+                        threadIdx = dim3{t, 0, 0};
+                        blockIdx = dim3{x, y, z};
+                        kernel();
+                        // a thread that returned early still counts at the block's barrier
+                        // (kernels return early only after their last barrier)
+                    });
+                for (auto& thread : running) thread.join();
+            }
+}
+}  // namespace cuda_on_cpu

@@ -1,0 +1,59 @@
+// vram.linalg's LU kernels (src/vram/linalg/kernels/lu.cu) compiled for the CPU with
+// cuda_on_cpu.h, behind a C interface that tests call through ctypes. Each entry point runs
+// one kernel launch: the instance named by (dtype, configuration), or returns -1 when it is
+// not built here. Dtype 0 is float, 1 double.
+#include "cuda_on_cpu.h"
+
+#include "../../../src/vram/linalg/kernels/lu.cu"
+
+using namespace vram_lu;
+using cuda_on_cpu::launch;
+
+#define PANEL(T, THREADS, R, NB)                                                             \
+    if (threads == THREADS && rows == R && width == NB) {                                    \
+        launch(dim3{(unsigned)batch, 1, 1}, dim3{THREADS, 1, 1},                             \
+               [&] { panel<T, THREADS, R, NB>(*args); });                                    \
+        return 0;                                                                            \
+    }
+
+// the configurations the tests use (tests/linalg/test_lu_kernels_on_cpu.py): one and two
+// warps, one to four rows per thread, panels 8 to 32 wide; the GPU's own ones differ only
+// in these constants (and all compile with NVRTC: test_linalg_kernels.py)
+#define PANELS(T)       \
+    PANEL(T, 32, 1, 32) \
+    PANEL(T, 64, 1, 32) \
+    PANEL(T, 64, 2, 16) \
+    PANEL(T, 32, 4, 8)  \
+    PANEL(T, 64, 2, 8)
+
+extern "C" int emu_panel(int dtype, int threads, int rows, int width, long long batch,
+                         const PanelArgs* args) {
+    if (dtype == 0) {
+        PANELS(float)
+    } else {
+        PANELS(double)
+    }
+    return -1;
+}
+
+extern "C" int emu_swap_trsm(int dtype, int width, int cols, long long batch, long long tiles,
+                             const SwapArgs* args) {
+    if (width != 32 || cols != 128) return -1;
+    dim3 grid{(unsigned)batch, (unsigned)tiles, 1};
+    if (dtype == 0)
+        launch(grid, dim3{128, 1, 1}, [&] { swap_trsm<float, 32, 128>(*args); });
+    else
+        launch(grid, dim3{128, 1, 1}, [&] { swap_trsm<double, 32, 128>(*args); });
+    return 0;
+}
+
+extern "C" int emu_getrs(int dtype, int rhs, int threads, long long batch, long long tiles,
+                         const SolveArgs* args) {
+    dim3 grid{(unsigned)batch, (unsigned)tiles, 1}, block{(unsigned)threads, 1, 1};
+    if (dtype == 0 && rhs == 1) launch(grid, block, [&] { getrs<float, 1>(*args); });
+    else if (dtype == 0 && rhs == 8) launch(grid, block, [&] { getrs<float, 8>(*args); });
+    else if (dtype == 1 && rhs == 1) launch(grid, block, [&] { getrs<double, 1>(*args); });
+    else if (dtype == 1 && rhs == 8) launch(grid, block, [&] { getrs<double, 8>(*args); });
+    else return -1;
+    return 0;
+}

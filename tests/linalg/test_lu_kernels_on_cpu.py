@@ -1,0 +1,213 @@
+"""The blocked LU's CUDA kernels (kernels/lu.cu) run on the CPU, driven by ``_blocked``'s own
+loop, against LAPACK's semantics (``_reference``): where there is no GPU, this checks the
+kernels' indexing, pivot search, barriers and argument structs (``_cuda_libs``'s packing).
+
+tests/linalg/emulation/ builds them with a C++20 compiler and a small CUDA shim (each CUDA
+thread a std::thread, __syncthreads a barrier); the test is skipped without a compiler.
+The panel configurations here are small ones (one and two warps, 1 to 4 rows per thread,
+panels 8 to 32 wide) so that matrices of 40 to 120 rows take many panels."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vram.linalg import _blocked, _reference
+from vram.linalg._blocked import PanelConfig
+from vram.linalg._cuda_libs import _PANEL_ARGS, _SOLVE_ARGS, _SWAP_ARGS, _pack
+
+SOURCE = Path(__file__).parent / "emulation" / "lu_kernels.cpp"
+CODES = {"float32": 0, "float64": 1}
+NP = {"float32": np.float32, "float64": np.float64}
+TOL = {"float32": 2e-4, "float64": 1e-11}
+
+TABLES = {  # (most rows, config): the panels get wider as the matrix shrinks
+    "narrow": ((128, PanelConfig(32, 4, 8)),),
+    "mixed": (
+        (32, PanelConfig(32, 1, 32)),
+        (64, PanelConfig(64, 1, 32)),
+        (128, PanelConfig(64, 2, 16)),
+    ),  # fmt: skip
+    "two warps": ((64, PanelConfig(64, 1, 32)), (128, PanelConfig(64, 2, 8))),
+}
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    compiler = shutil.which("g++") or shutil.which("clang++")
+    if compiler is None:
+        pytest.skip("no C++ compiler")
+    built = tmp_path_factory.mktemp("lu_kernels") / "lu_kernels.so"
+    command = [compiler, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-o", str(built),
+               str(SOURCE)]  # fmt: skip
+    run = subprocess.run(command, capture_output=True, text=True)
+    if run.returncode != 0:
+        if "c++20" in run.stderr or "barrier" in run.stderr:
+            pytest.skip(f"the compiler has no C++20 <barrier>: {run.stderr[:200]}")
+        raise AssertionError(run.stderr)
+    return ctypes.CDLL(str(built))
+
+
+class CpuLibs:
+    """``_blocked``'s steps on host memory: the kernels through the emulation, the GEMM in
+    NumPy (cuBLAS's part on a GPU). ``lu`` is the one array the factors live in."""
+
+    def __init__(self, kernels, lu: np.ndarray | None = None) -> None:
+        self.kernels = kernels
+        self.lu = lu
+
+    def lu_panel(self, s, dtype, config, lu, stride, m, batch, source, k0, jb, pivots, k, info,
+                 pivot):  # fmt: skip
+        src, src_batch, src_row, src_col = source
+        args = np.array(_pack(_PANEL_ARGS, lu, stride, src, src_batch, src_row, src_col, pivots,
+                              k, info, m, k0, jb, int(pivot)))  # fmt: skip
+        threads, rows, width = config
+        done = self.kernels.emu_panel(CODES[dtype], threads, rows, width, ctypes.c_longlong(batch),
+                                      ctypes.c_void_p(args.ctypes.data))  # fmt: skip
+        assert done == 0, f"no emulated panel {config}"
+
+    def lu_swap_trsm(self, s, dtype, lu, stride, m, n, batch, k0, jb, pivots, k, pivot):
+        args = np.array(_pack(_SWAP_ARGS, lu, stride, pivots, k, m, n, k0, jb, int(pivot)))
+        tiles = -(-(n - jb) // _blocked.SWAP_COLUMNS)
+        done = self.kernels.emu_swap_trsm(
+            CODES[dtype], _blocked.SWAP_WIDTH, _blocked.SWAP_COLUMNS, ctypes.c_longlong(batch),
+            ctypes.c_longlong(tiles), ctypes.c_void_p(args.ctypes.data),
+        )  # fmt: skip
+        assert done == 0
+
+    def lu_update_context(self, s, dtype):
+        return None
+
+    def lu_update(self, context, dtype, lu, stride, m, n, batch, k0, jb):
+        assert lu == self.lu.ctypes.data
+        a = np.swapaxes(self.lu, 1, 2)  # (batch, m, n) views of the column-major factors
+        rest = k0 + jb
+        a[:, rest:, rest:] -= a[:, rest:, k0:rest] @ a[:, k0:rest, rest:]
+
+    def lu_solve(self, s, dtype, transposed, n, nrhs, batch, lu, pivots, source, x):
+        b, b_batch, b_row, b_col = source
+        rhs = 1 if nrhs == 1 else _blocked.SOLVE_RHS
+        args = np.array(_pack(_SOLVE_ARGS, lu, n * n, pivots, n, b, b_batch, b_row, b_col, x,
+                              n * nrhs, n, nrhs, int(transposed)))  # fmt: skip
+        threads = -(-n // 32) * 32
+        done = self.kernels.emu_getrs(
+            CODES[dtype], rhs, threads, ctypes.c_longlong(batch),
+            ctypes.c_longlong(-(-nrhs // rhs)), ctypes.c_void_p(args.ctypes.data),
+        )  # fmt: skip
+        assert done == 0
+
+
+def factor_on_cpu(kernels, a: np.ndarray, pivot: bool = True, in_place_read: bool = False):
+    """(LU (batch, m, n), pivots, info) of ``a`` by the kernels, as _blocked runs them."""
+    batch, m, n = a.shape
+    dtype = a.dtype.name
+    k = min(m, n)
+    lu = np.zeros((batch, n, m), a.dtype)  # column-major matrices
+    pivots = np.zeros((batch, k), np.int32)
+    info = np.full(batch, -7, np.int32)
+    libs = CpuLibs(kernels, lu)
+    source = None
+    if in_place_read:
+        item = a.itemsize
+        source = (a.ctypes.data, *(step // item for step in a.strides))
+    else:
+        lu[...] = np.swapaxes(a, 1, 2)
+    _blocked.factor(libs, None, dtype, m, n, batch, lu.ctypes.data, pivots.ctypes.data,
+                    info.ctypes.data, pivot, source)  # fmt: skip
+    return np.swapaxes(lu, 1, 2), pivots, info
+
+
+def use(monkeypatch, table_name: str) -> None:
+    table = TABLES[table_name]
+    for dtype in CODES:
+        monkeypatch.setitem(_blocked.PANELS, dtype, table)
+        monkeypatch.setitem(_blocked.MAX_ROWS, dtype, table[-1][0])
+
+
+def expected(a: np.ndarray, pivot: bool = True):
+    work = a.astype(np.float64)
+    ipiv, info = _reference.getrf(work, pivot=pivot)
+    return work, ipiv, info
+
+
+@pytest.mark.parametrize("table", list(TABLES))
+@pytest.mark.parametrize("shape", [(2, 100, 100), (2, 120, 40), (1, 40, 90)], ids=str)
+def test_factors_match_lapack(kernels, monkeypatch, table, shape):
+    use(monkeypatch, table)
+    a = np.random.default_rng(sum(shape)).standard_normal(shape)
+    lu, pivots, info = factor_on_cpu(kernels, a)
+    want_lu, want_pivots, want_info = expected(a)
+    np.testing.assert_array_equal(pivots, want_pivots)
+    np.testing.assert_array_equal(info, want_info)
+    np.testing.assert_allclose(lu, want_lu, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_one_panel_reads_the_input_in_place(kernels, monkeypatch, dtype):
+    """A batch of 30 x 30 matrices (one 32-wide panel), read row-major where they lie."""
+    use(monkeypatch, "mixed")
+    a = np.random.default_rng(1).standard_normal((3, 30, 30)).astype(dtype)
+    kept = a.copy()
+    lu, pivots, info = factor_on_cpu(kernels, a, in_place_read=True)
+    np.testing.assert_array_equal(a, kept)
+    want_lu, want_pivots, want_info = expected(a)
+    np.testing.assert_array_equal(pivots, want_pivots)
+    np.testing.assert_array_equal(info, 0)
+    np.testing.assert_allclose(lu, want_lu, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def test_singular_matrices_and_ties(kernels, monkeypatch):
+    """Zero pivots in a later panel and in the first column: info is the first, the
+    factorization runs to the end; equal magnitudes pick the first row (LAPACK's i?amax)."""
+    use(monkeypatch, "narrow")
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((4, 50, 50))
+    a[0, :, 20] = 0  # stays 0 through every update: U[20, 20] = 0, in the third panel
+    a[1, :, 0] = 0
+    a[2] = 0
+    a[3] = np.round(rng.standard_normal((50, 50)))  # many ties among small integers
+    lu, pivots, info = factor_on_cpu(kernels, a)
+    want_lu, want_pivots, want_info = expected(a)
+    np.testing.assert_array_equal(info, [21, 1, 1, 0])
+    np.testing.assert_array_equal(info, want_info)
+    np.testing.assert_array_equal(pivots, want_pivots)
+    np.testing.assert_allclose(lu, want_lu, rtol=1e-10, atol=1e-10)
+
+
+def test_without_pivoting(kernels, monkeypatch):
+    use(monkeypatch, "two warps")
+    a = np.random.default_rng(3).standard_normal((2, 70, 70)) + 30 * np.eye(70)
+    lu, pivots, info = factor_on_cpu(kernels, a, pivot=False)
+    want_lu, _, want_info = expected(a, pivot=False)
+    np.testing.assert_array_equal(pivots, 0)  # untouched: vram writes 1..k after
+    np.testing.assert_array_equal(info, want_info)
+    np.testing.assert_allclose(lu, want_lu, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("nrhs", [1, 11])
+def test_solve_matches_lapack(kernels, monkeypatch, transposed, nrhs):
+    """X from the factors, B read row-major where it lies (or X itself: in place)."""
+    use(monkeypatch, "mixed")
+    rng = np.random.default_rng(nrhs)
+    n, batch = 45, 2
+    a = rng.standard_normal((batch, n, n))
+    lu, pivots, _ = factor_on_cpu(kernels, a)
+    factors = np.ascontiguousarray(np.swapaxes(lu, 1, 2))  # column-major, packed
+    b = rng.standard_normal((batch, n, nrhs))
+    x = np.zeros((batch, nrhs, n))  # column-major n x nrhs
+    libs = CpuLibs(kernels)
+    source = (b.ctypes.data, n * nrhs, nrhs, 1)
+    _blocked.solve(libs, None, "float64", transposed, n, nrhs, batch, factors.ctypes.data,
+                   pivots.ctypes.data, source, x.ctypes.data)  # fmt: skip
+    op = np.swapaxes(a, 1, 2) if transposed else a
+    np.testing.assert_allclose(op @ np.swapaxes(x, 1, 2), b, rtol=1e-9, atol=1e-9)
+    x[...] = np.swapaxes(b, 1, 2)  # in place: B is X
+    _blocked.solve(libs, None, "float64", transposed, n, nrhs, batch, factors.ctypes.data,
+                   pivots.ctypes.data, (x.ctypes.data, n * nrhs, 1, n), x.ctypes.data)  # fmt: skip
+    np.testing.assert_allclose(op @ np.swapaxes(x, 1, 2), b, rtol=1e-9, atol=1e-9)
