@@ -85,13 +85,35 @@ def _flat(rows: list[dict]) -> str:
     return markdown_table(keys, [[r.get(k) for k in keys] for r in rows])
 
 
-def render_rows(rows: list[dict]) -> str:
-    if rows and all({"impl", "size", "us_per_pair"} <= r.keys() for r in rows):
-        table = _pivot(rows, "us_per_pair")
-        if all(r.get("runs_us") for r in rows):  # and the fastest round of each
-            fastest = [{**r, "fastest_round_us": min(r["runs_us"])} for r in rows]
+# benchmarks whose rows read best as a grid: name -> (row key, column key, value key)
+GRIDS = {
+    "trace_ops": ("trace", "impl", "us_per_op"),
+    "scaling": ("free_blocks", "impl", "us_per_op"),
+}
+
+
+def _grid(rows: list[dict], row_key: str, column_key: str, value: str) -> str:
+    """One line per ``row_key`` value, one column per ``column_key`` value."""
+    lines = list(dict.fromkeys(r[row_key] for r in rows))
+    columns = list(dict.fromkeys(r[column_key] for r in rows))
+    cell = {(r[row_key], r[column_key]): r.get(value) for r in rows}
+    header = [f"{row_key.replace('_', ' ')} ({value.replace('_', ' ')})", *map(str, columns)]
+    body = [[line] + [cell.get((line, c)) for c in columns] for line in lines]
+    return markdown_table(header, body)
+
+
+def render_rows(rows: list[dict], name: str = "") -> str:
+    grid = GRIDS.get(name.split("-")[0])
+    if grid and rows and all(set(grid) <= r.keys() for r in rows):
+        return _grid(rows, *grid)
+    pairs = [r for r in rows if {"impl", "size", "us_per_pair"} <= r.keys()]
+    if pairs:
+        table = _pivot(pairs, "us_per_pair")
+        if all(r.get("runs_us") for r in pairs):  # and the fastest round of each
+            fastest = [{**r, "fastest_round_us": min(r["runs_us"])} for r in pairs]
             table += "\n\n" + _pivot(fastest, "fastest_round_us")
-        return table
+        others = [r for r in rows if r not in pairs]  # (alloc's stats readers)
+        return table + ("\n\n" + _flat(others) if others else "")
     return _flat(rows)
 
 
@@ -105,7 +127,7 @@ def render_result(result: dict) -> str:
     rows = result.get("results") or []
     if not rows:
         return f"{heading}: no rows"
-    return f"{heading}\n\n{render_rows(rows)}"
+    return f"{heading}\n\n{render_rows(rows, result['name'])}"
 
 
 def latest(results: list[dict]) -> list[dict]:

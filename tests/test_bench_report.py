@@ -139,3 +139,26 @@ def test_the_real_readme_can_be_updated(report, tmp_path):
     readme.write_text((ROOT / "README.md").read_text())
     report.update_readme(readme, ROOT / "bench" / "results")
     assert readme.read_text().count("<!-- bench:end -->") == 1
+
+
+def test_grid_benchmarks_render_one_line_per_row_key(report):
+    rows = [
+        {"trace": "gpt", "impl": "vram", "us_per_op": 2.5, "requests": 10},
+        {"trace": "gpt", "impl": "pytorch", "us_per_op": 4.0, "requests": 10},
+        {"trace": "cnn", "impl": "vram", "us_per_op": 2.0, "requests": 7},
+    ]
+    assert report.render_rows(rows, "trace_ops").splitlines() == [
+        "| trace (us per op) | vram | pytorch |",
+        "| --- | ---: | ---: |",
+        "| gpt | 2.5 | 4 |",
+        "| cnn | 2 | - |",
+    ]
+
+
+def test_alloc_pairs_pivot_and_other_rows_follow_flat(report):
+    rows = [
+        {"impl": "vram", "size": 512, "size_label": "512 B", "us_per_pair": 2.0},
+        {"impl": "vram memory_allocated()", "us_per_call": 0.3},
+    ]
+    table = report.render_rows(rows, "alloc")
+    assert "| vram | 2 |" in table and "| vram memory_allocated() | 0.3 |" in table
