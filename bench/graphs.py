@@ -14,8 +14,11 @@ Per implementation and mode, each row gives:
 - ``wall_us``: wall time per step of ``--steps`` steps and a synchronize (the device's time
   when it is the bottleneck).
 Rows ``vram graph (driver call only)`` time vram's launch function alone (the floor under
-``CUDAGraph.replay``). Summary rows: graph replay host time of vram over PyTorch (the
-target is <= 1.1), and each implementation's eager over graph host time (the speed-up).
+``CUDAGraph.replay``). The ``head to head`` rows time the graph replays again, their
+samples interleaved (vram's replay, its driver call, PyTorch's replay, in turn), so that
+the comparison sees one machine state. Summary rows: graph replay host time of vram over
+PyTorch from those (the target is <= 1.1), and each implementation's eager over graph host
+time (the speed-up). A case that fails is a row with its error; the others still run.
 ``--device sim:0`` runs vram alone (a check of the script; sim timings mean nothing).
 
     python bench/graphs.py [--device cuda:0] [--steps 200] [--reps 50] [--out DIR] [--save]
@@ -132,7 +135,7 @@ def vram_mlp(device: vram.Device) -> Callable[[], None]:
     return step
 
 
-def vram_rows(device: vram.Device, case: str, make, args) -> list[dict]:
+def vram_rows(device: vram.Device, case: str, make, args, replays: dict) -> list[dict]:
     def sync() -> None:
         vram.synchronize(device)
 
@@ -146,14 +149,49 @@ def vram_rows(device: vram.Device, case: str, make, args) -> list[dict]:
     rows.append(measure(case, "vram", "graph", g.replay, sync, args))
     launch = device.driver.graph_launcher(g._exec)
     handle = vram.current_stream(device).cuda_stream
-    rows.append(
-        measure(case, "vram", "graph (driver call only)", lambda: launch(handle), sync, args)
-    )
+
+    def driver_call() -> None:
+        launch(handle)
+
+    rows.append(measure(case, "vram", "graph (driver call only)", driver_call, sync, args))
+    replays["vram graph"], replays["vram driver call"] = g.replay, driver_call
+    replays["_keep"] = (g, step)  # the graph and what it uses live until the case ends
+    return rows
+
+
+def head_to_head(case: str, replays: dict, sync, args) -> list[dict]:
+    """Host us per replay of each, the samples of all interleaved (one machine state)."""
+    names = [name for name in replays if not name.startswith("_")]
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(WARMUP):
+            for name in names:
+                replays[name]()
+        for _ in range(args.reps):
+            for name in names:
+                sync()
+                start = time.perf_counter_ns()
+                for _ in range(QUEUED):
+                    replays[name]()
+                samples[name].append((time.perf_counter_ns() - start) / QUEUED / 1e3)
+        sync()
+    finally:
+        gc.enable()
+    rows = []
+    for name in names:
+        impl, mode = name.split(" ", 1)
+        median = round(statistics.median(samples[name]), 2)
+        rows.append(
+            {"case": case, "impl": impl, "mode": f"{mode} (head to head)", "host_us": median}
+        )
+        print(f"{case:20s} {impl:6s} {mode + ' (head to head)':26s} host {median:9.2f} us")
     return rows
 
 
 # ================================================================ the work, in PyTorch
-def torch_rows(torch, case: str, args) -> list[dict]:
+def torch_rows(torch, case: str, args, replays: dict) -> list[dict]:
     sync = torch.cuda.synchronize
     make = torch_chain if case.startswith("chain") else torch_mlp
     rows = [measure(case, "torch", "eager", make(torch), sync, args)]
@@ -168,6 +206,7 @@ def torch_rows(torch, case: str, args) -> list[dict]:
     with torch.cuda.graph(g):
         step()
     rows.append(measure(case, "torch", "graph", g.replay, sync, args))
+    replays["torch graph"], replays["_keep_torch"] = g.replay, (g, step)
     return rows
 
 
@@ -212,10 +251,11 @@ def torch_mlp(torch) -> Callable[[], None]:
 # ===================================================================== summary, main
 def summary(rows: list[dict]) -> list[dict]:
     """Graph replay host time of vram over PyTorch, and eager over graph per impl."""
-    find = {(r["case"], r["impl"], r["mode"]): r for r in rows}
+    find = {(r["case"], r.get("impl"), r.get("mode")): r for r in rows}
     out = []
     for case in dict.fromkeys(r["case"] for r in rows):
-        mine, theirs = find.get((case, "vram", "graph")), find.get((case, "torch", "graph"))
+        mine = find.get((case, "vram", "graph (head to head)"))
+        theirs = find.get((case, "torch", "graph (head to head)"))
         if mine and theirs:
             ratio = mine["host_us"] / theirs["host_us"]
             out.append(
@@ -255,9 +295,19 @@ def main() -> None:
     rows = []
     with device:
         for case, make in (("chain of 100 adds", vram_chain), ("MLP step", vram_mlp)):
-            rows += vram_rows(device, case, make, args)
-            if torch is not None:
-                rows += torch_rows(torch, case, args)
+            replays: dict = {}
+            for impl in ("vram", "torch") if torch is not None else ("vram",):
+                try:
+                    if impl == "vram":
+                        rows += vram_rows(device, case, make, args, replays)
+                    else:
+                        rows += torch_rows(torch, case, args, replays)
+                except Exception as exc:  # reported, not fatal: the other rows still run
+                    print(f"{case}: {impl} failed: {exc!r}")
+                    rows.append({"case": case, "impl": impl, "error": repr(exc)})
+            if "vram graph" in replays:
+                rows += head_to_head(case, replays, lambda: vram.synchronize(device), args)
+            del replays
     rows += summary(rows)
     for path in write_results("graphs", device, rows, args.out, args.save):
         print(f"wrote {path}")

@@ -108,8 +108,20 @@ def test_a_fork_not_joined_back_fails_the_capture(sim):
     sim.event_record(fork, main)
     sim.stream_wait_event(side, fork)
     sim.enqueue(side, lambda: None)
-    assert error_name(lambda: sim.stream_end_capture(side)) == "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED"
     assert error_name(lambda: sim.stream_end_capture(main)) == "CUDA_ERROR_STREAM_CAPTURE_UNJOINED"
+    assert sim.stream_capture_info(side).status == "none"
+
+
+def test_ending_on_a_forked_stream_invalidates_the_capture(sim):
+    main, side = sim.stream_create(0), sim.stream_create(0)
+    fork = sim.event_create(0)
+    sim.stream_begin_capture(main)
+    sim.event_record(fork, main)
+    sim.stream_wait_event(side, fork)
+    assert error_name(lambda: sim.stream_end_capture(side)) == "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED"
+    assert error_name(lambda: sim.stream_end_capture(main)) == (
+        "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"
+    )
     assert sim.stream_capture_info(side).status == "none"
 
 
@@ -148,12 +160,23 @@ def test_an_event_recorded_in_a_capture_cannot_be_queried(sim):
     sim.stream_begin_capture(s, "relaxed")
     sim.event_record(event, s)
     assert error_name(lambda: sim.event_query(event)) == "CUDA_ERROR_CAPTURED_EVENT"
-    assert error_name(lambda: sim.event_synchronize(event)) == "CUDA_ERROR_CAPTURED_EVENT"
-    assert sim.stream_capture_info(s).status == "active"  # the capture goes on
-    sim.stream_end_capture(s)
-    assert error_name(lambda: sim.event_query(event)) == "CUDA_ERROR_CAPTURED_EVENT"
+    assert sim.stream_capture_info(s).status == "invalidated"
+    assert error_name(lambda: sim.event_synchronize(event)) == "CUDA_ERROR_INVALID_VALUE"
+    assert error_name(lambda: sim.stream_end_capture(s)) == "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"
+    assert error_name(lambda: sim.event_query(event)) == "CUDA_ERROR_INVALID_VALUE"
     sim.event_record(event, s)  # recorded again, outside a capture
     assert sim.event_query(event)
+
+
+def test_an_event_of_an_ended_capture_is_invalid_until_recorded_again(sim):
+    s = sim.stream_create(0)
+    event = sim.event_create(0)
+    sim.stream_begin_capture(s)
+    sim.enqueue(s, lambda: None)
+    sim.event_record(event, s)
+    sim.stream_end_capture(s)
+    assert error_name(lambda: sim.event_synchronize(event)) == "CUDA_ERROR_INVALID_VALUE"
+    assert error_name(lambda: sim.stream_wait_event(s, event)) == "CUDA_ERROR_INVALID_VALUE"
 
 
 def test_waiting_on_an_event_from_outside_the_capture_is_an_isolation_error(sim):
@@ -245,8 +268,8 @@ def test_begin_and_end_in_the_wrong_places(sim):
     thread.start()
     thread.join()
     assert ended == ["CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD"]
-    assert sim.stream_capture_info(s).status == "active"  # still capturing
-    sim.stream_end_capture(s)
+    assert sim.stream_capture_info(s).status == "none"  # the capture is over, its graph lost
+    assert error_name(lambda: sim.stream_end_capture(s)) == "CUDA_ERROR_ILLEGAL_STATE"
     with pytest.raises(ValueError, match="mode"):
         sim.stream_begin_capture(s, "local")
 

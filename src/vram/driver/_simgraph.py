@@ -29,17 +29,23 @@ CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (the end still ends it).
   was begun with: "global", its own thread and every thread whose own interaction mode is
   global; "thread_local", its own thread; "relaxed", none. A thread whose own mode
   (``thread_exchange_capture_mode``) is "relaxed" is never forbidden.
-- Querying, synchronizing or timing an event whose last record was made in a capture
-  (until it is recorded again): CUDA_ERROR_CAPTURED_EVENT.
+- Querying, synchronizing or timing an event whose last record was made in a capture that
+  is still active: CUDA_ERROR_CAPTURED_EVENT, and the capture is invalidated; once that
+  capture is invalidated or ended, the event is invalid until recorded again:
+  CUDA_ERROR_INVALID_VALUE.
 - A capturing stream waiting on an event recorded outside its capture:
   CUDA_ERROR_STREAM_CAPTURE_ISOLATION; on another capture's event:
   CUDA_ERROR_STREAM_CAPTURE_MERGE.
 - Beginning a capture on a default stream: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; on a
   stream that captures already: CUDA_ERROR_ILLEGAL_STATE.
 - Ending one on a stream that is not capturing: CUDA_ERROR_ILLEGAL_STATE; on a stream that
-  joined but did not begin it: CUDA_ERROR_STREAM_CAPTURE_UNMATCHED; from another thread (not
-  relaxed): CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD (both leave it capturing); with a fork
-  not joined back: CUDA_ERROR_STREAM_CAPTURE_UNJOINED (the capture ends, its graph is lost).
+  joined but did not begin it: CUDA_ERROR_STREAM_CAPTURE_UNMATCHED (and the capture is
+  invalidated); from another thread (not relaxed): CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+  (and the capture ends, its graph lost); with a fork not joined back:
+  CUDA_ERROR_STREAM_CAPTURE_UNJOINED (the capture ends, its graph is lost).
+
+An H100 gave these answers to the same sequence of calls (tests/gpu/test_graphs_gpu.py
+compares them step by step).
 """
 
 from __future__ import annotations
@@ -168,10 +174,13 @@ class SimGraphs:
             if capture is None:
                 raise CudaError(call, "CUDA_ERROR_ILLEGAL_STATE", "the stream is not capturing")
             if capture.origin is not s:
+                self._invalidate(capture)
                 raise CudaError(
                     call, "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED", "it began on another stream"
                 )
             if capture.mode != "relaxed" and capture.thread != threading.get_ident():
+                self._finish(capture)
+                self._drop_graph(capture.graph)
                 raise CudaError(
                     call,
                     "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
@@ -179,11 +188,7 @@ class SimGraphs:
                 )
             status = capture.status
             unjoined = status == "active" and self._unjoined(capture)
-            for joined in capture.deps:
-                joined.capture = None
-            capture.status = "ended"
-            del self._captures[capture.id]
-            self._capturing -= 1
+            self._finish(capture)
             if status != "active" or unjoined:
                 self._drop_graph(capture.graph)
             if status != "active":
@@ -195,6 +200,14 @@ class SimGraphs:
                     "a stream forked from the capture was not joined back into its origin",
                 )
             return capture.graph.handle
+
+    def _finish(self, capture: _Capture) -> None:
+        """The capture is over: its streams stop capturing."""
+        for joined in capture.deps:
+            joined.capture = None
+        capture.status = "ended"
+        del self._captures[capture.id]
+        self._capturing -= 1
 
     def stream_capture_info(self, stream: int) -> CaptureInfo:
         with self._lock:
@@ -269,7 +282,7 @@ class SimGraphs:
         capture, nodes = e.captured
         if capture.status == "ended":
             raise CudaError(
-                call, "CUDA_ERROR_CAPTURED_EVENT", "the event was last recorded in a capture"
+                call, "CUDA_ERROR_INVALID_VALUE", "the event was recorded in a capture that ended"
             )
         if capture.status != "active":
             raise CudaError(call, _INVALIDATED, "an illegal call invalidated the capture")
@@ -332,8 +345,18 @@ class SimGraphs:
     def _forbid_event(self, e: _Event, call: str) -> None:
         """Querying, synchronizing or timing an event: never one recorded in a capture."""
         if e.captured is not None:
+            capture = e.captured[0]
+            if capture.status != "active":
+                raise CudaError(
+                    call,
+                    "CUDA_ERROR_INVALID_VALUE",
+                    "the event was last recorded in a capture that is no longer active",
+                )
+            self._invalidate(capture)
             raise CudaError(
-                call, "CUDA_ERROR_CAPTURED_EVENT", "the event was last recorded in a capture"
+                call,
+                "CUDA_ERROR_CAPTURED_EVENT",
+                "the event was last recorded in a capture; the capture is invalidated",
             )
         self._forbid_unsafe(call)
 
