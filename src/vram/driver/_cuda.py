@@ -28,7 +28,6 @@ raises ``CudaError(call, "CUDA_ERROR_...")``.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import threading
 import uuid
 from collections.abc import Callable
@@ -566,7 +565,9 @@ class CudaDriver(Driver):
         ``name`` is the kernel as C++ spells it: ``"axpy"`` for an ``extern "C"`` kernel,
         ``"scale<float>"`` for a template instance.
         """
-        key = (device, hashlib.sha256(source.encode()).hexdigest(), name)
+        # keyed by the source itself: a str caches its hash, so a launch pays a dict lookup,
+        # not a hash of the whole source (callers pass the same module-level string)
+        key = (device, source, name)
         kernel = self._kernels.get(key)
         if kernel is None:
             kernel = self._load(device, source, name)

@@ -7,7 +7,7 @@ contiguously, so that contiguous tensors run as one flat loop.
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -99,8 +99,14 @@ def _coalesce(
 def layout(tensors: list[Tensor]) -> np.void:
     """The Layout struct for operands of one shape (the first is the output), as a NumPy
     scalar that ``Driver.launch`` passes by value. ValueError beyond 8 coalesced dims."""
-    shape = tuple(tensors[0].shape)
-    shape_list, strides = _coalesce(shape, [t.stride() for t in tensors])
+    return _layout(tuple(tensors[0].shape), tuple(t.stride() for t in tensors))
+
+
+@lru_cache(maxsize=1024)
+def _layout(shape: tuple[int, ...], operand_strides: tuple[tuple[int, ...], ...]) -> np.void:
+    """The Layout of one shape and operands' strides (cached: the same come back at every
+    step of a loop, and building the struct costs more than the launch)."""
+    shape_list, strides = _coalesce(shape, list(operand_strides))
     if len(shape_list) > MAX_DIMS:
         raise ValueError(
             f"tensors with {len(shape_list)} non-mergeable dimensions are not supported "
