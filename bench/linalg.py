@@ -2,19 +2,27 @@
 and the device mallocs of one lu_factor_ex (pytorch#181997).
 
 lu_factor, n x batch: 32x4096, 128x1024, 256x256, 511x64, 512x64, 1024x16, 4096x1, and
-1023x16 / 2047x16 / 2048x16 (with 1024x16: the no-cliff check). solve (A (batch, n, n),
-B (batch, n, k)) with k = 1 and 64 at 32x4096, 256x256, 512x64, 1024x16, 4096x1.
-Peers in one process, on the same inputs (random normal, fp32):
+1023x16 / 2047x16 / 2048x16 (with 1024x16: the no-cliff check), and 512x1 / 2048x1 (where
+one matrix leaves cuSOLVER). solve (A (batch, n, n), B (batch, n, k)) with k = 1 and 64 at
+32x4096, 256x256, 512x64, 1024x16, 4096x1. Peers in one process, on the same inputs
+(random normal, fp32):
 - PyTorch: ``torch.linalg.lu_factor`` / ``solve`` with its default library choice, and with
   ``torch.backends.cuda.preferred_linalg_library("cusolver")``;
 - CuPy: ``cupyx.scipy.linalg.lu_factor`` (one matrix: the batch-1 row) and
   ``cupy.linalg.solve`` (batched);
-- vram: its default dispatch, and each way pinned (``cublas``, ``cusolver`` looped on one
-  stream, ``streams`` over 4, 8 and 16 side streams, cuSOLVER's Xgetrf with ALG_0 and
-  ALG_1 where the batch is at most 16), so the crossovers can be read off the table.
+- vram: its default dispatch, and each way pinned where it is in the running (``blocked``,
+  vram's own kernels; ``cublas``; ``cusolver`` looped on one stream; ``streams`` over 8 and
+  16 side streams), so the crossovers can be read off the table.
 Every call is timed whole, as a user calls it: lu_factor and solve check info, so each
 synchronizes. After two warm-up calls, a cell runs the call as many times as fit in about
 TARGET_MS (2 to 50 times) with perf_counter, REPEATS times; the cell is the median, in ms.
+For the small rows, "vram _ex" and "torch _ex" time lu_factor_ex, which does not
+synchronize, 50 calls between synchronizations: where the GPU is faster than the host,
+that is the host's cost of a call.
+
+Before timing, a child process checks vram's blocked LU and solve on every shape against
+PyTorch (``--smoke``); if it fails, the run goes on without them (and says so), so that a
+broken kernel cannot cost the rest of the run.
 
 Device mallocs (``--mallocs``, run by the benchmark in a child process with
 ``VRAM_NO_CACHING=1``): lu_factor_ex of (16, n, n) and (64, n, n) for n = 511, 512, 513:
@@ -24,19 +32,26 @@ with PYTORCH_NO_CUDA_MEMORY_CACHING=1), under both of its library choices. The i
 measured PyTorch before the fix at 20 cudaMalloc for (16, 512, 512) and 7 for (16, 511, 511).
 
 ``--device sim:0`` runs vram alone on small sizes, to check the script anywhere.
-``--suggest RESULT.json`` prints the crossover table (``LU_CROSSOVERS`` in
-vram/linalg/_dispatch.py) that a result supports, each row's vram / best PyTorch ratio and
-the no-cliff ratios, without running anything.
+``--profile`` prints where the host's time goes in lu_factor and solve at 32 x 4096.
+``--suggest RESULT.json`` prints, without running anything, each row's fastest vram way,
+vram / best PyTorch for the default and for that way, and the no-cliff ratios: what the
+crossover tables (``LU_CROSSOVERS``, ``SOLVE_CROSSOVERS`` in vram/linalg/_dispatch.py)
+are read from.
 
     python bench/linalg.py [--device cuda:0] [--out FILE.json|DIR] [--save]
+    python bench/linalg.py --profile
     python bench/linalg.py --suggest bench/results/linalg-cuda0-DATE.json
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import dataclasses
+import io
 import json
 import os
+import pstats
 import statistics
 import subprocess
 import sys
@@ -50,7 +65,7 @@ import numpy as np
 
 import vram
 from _common import add_output_arguments, device_name, write_results
-from vram.linalg import _dispatch
+from vram.linalg import _blocked, _dispatch
 
 LU_SIZES = (
     (32, 4096),
@@ -63,6 +78,8 @@ LU_SIZES = (
     (1023, 16),
     (2047, 16),
     (2048, 16),
+    (512, 1),
+    (2048, 1),
 )
 SOLVE_SIZES = ((32, 4096), (256, 256), (512, 64), (1024, 16), (4096, 1))
 NRHS = (1, 64)
@@ -71,8 +88,10 @@ MALLOC_BATCHES = (16, 64)
 SIM_LU_SIZES = ((8, 64), (32, 16), (64, 4), (96, 1))
 SIM_SOLVE_SIZES = ((8, 64), (64, 4))
 SIM_MALLOC_N = (31, 32, 33)
-STREAMS = (4, 8, 16)
-CUBLAS_MAX_N = 1024  # pinned cuBLAS above this is far off the crossover (and slow)
+STREAMS = (8, 16)
+CUBLAS_MAX_N = 512  # pinned cuBLAS above this is far off the crossover (69 ms at 1024 x 16)
+CUSOLVER_MAX_BATCH = 64  # looped cuSOLVER beyond this is far off (247 ms at 32 x 4096)
+EX_MAX_N = 128  # rows timed without a synchronization per call too
 TARGET_MS = 100.0
 REPEATS = 3
 PYTORCH_ISSUE = {  # cudaMalloc per lu_factor_ex, from pytorch#181997 / #181998
@@ -143,19 +162,79 @@ def _cupy():
     return cupy, cupyx.scipy.linalg
 
 
-def vram_variants(n: int, batch: int) -> list[tuple[str, object]]:
-    """(name, the plan context) of every vram variant of an n x batch row."""
+class _Blocked:
+    """Whether vram's blocked LU is in the running (the smoke check may take it out)."""
+
+    enabled = True
+    reason = ""
+
+
+def disable_blocked(reason: str) -> None:
+    """Take vram's blocked LU and solve out: of the variants, and of the default tables."""
+    _Blocked.enabled = False
+    _Blocked.reason = reason
+    for table in (_dispatch.LU_CROSSOVERS, _dispatch.SOLVE_CROSSOVERS):
+        for dtype, crossover in table.items():
+            table[dtype] = dataclasses.replace(crossover, blocked_max_n=0)
+
+
+def lu_variants(n: int, batch: int) -> list[tuple[str, object]]:
+    """(name, the plan context) of every vram variant of an lu_factor n x batch row."""
     variants: list[tuple[str, object]] = [("vram", nullcontext())]
-    if n <= CUBLAS_MAX_N:
+    if _Blocked.enabled and _blocked.supports("float32", n, n):
+        variants.append(("vram blocked", _dispatch.forced("blocked")))
+    if n <= CUBLAS_MAX_N and batch > 1:
         variants.append(("vram cublas", _dispatch.forced("cublas")))
-    variants.append(("vram cusolver", _dispatch.forced("cusolver")))
+    if batch <= CUSOLVER_MAX_BATCH:
+        variants.append(("vram cusolver", _dispatch.forced("cusolver")))
     for count in STREAMS:
-        if batch >= count:
+        if batch >= count and n >= 256 * count // 8:
             variants.append((f"vram streams {count}", _dispatch.forced("streams", streams=count)))
-    if batch <= 16:
-        for algo in (0, 1):
-            variants.append((f"vram xgetrf alg{algo}", _dispatch.forced("cusolver", algo=algo)))
     return variants
+
+
+def solve_variants(n: int, batch: int) -> list[tuple[str, object]]:
+    """(name, the plan context) of every vram variant of a solve n x batch row."""
+    variants: list[tuple[str, object]] = [("vram", nullcontext())]
+    if _Blocked.enabled and _blocked.solve_supports("float32", n):
+        variants.append(("vram blocked", _dispatch.forced("blocked")))
+    if n <= CUBLAS_MAX_N and batch > 1:
+        variants.append(("vram cublas", _dispatch.forced("cublas")))
+    if batch <= 16:
+        variants.append(("vram cusolver", _dispatch.forced("cusolver")))
+    if batch >= 8 and n >= 512:
+        variants.append(("vram streams 8", _dispatch.forced("streams", streams=8)))
+    return variants
+
+
+def time_unsynchronized(call: Call, sync: Callable[[], None]) -> float:
+    """ms per call of ``call`` run 50 times between synchronizations (median of REPEATS)."""
+    for _ in range(3):
+        call()
+    sync()
+    runs = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        for _ in range(50):
+            call()
+        sync()
+        runs.append((time.perf_counter() - start) * 1e3 / 50)
+    return statistics.median(runs)
+
+
+def _ratios(row: dict) -> None:
+    """vram / best PyTorch, for the default and for vram's fastest way."""
+    best_torch = min(
+        (v for k, v in row.items() if k in ("torch default", "torch cusolver") and v), default=0
+    )
+    ways = {k: v for k, v in row.items() if k.startswith("vram ") and k != "vram _ex" and v}
+    if ways:
+        fastest = min(ways, key=ways.get)
+        row["vram fastest"] = fastest[5:]
+    if best_torch and row.get("vram"):
+        row["vram / best torch"] = round(row["vram"] / best_torch, 3)
+    if best_torch and ways:
+        row["fastest / best torch"] = round(ways[fastest] / best_torch, 3)
 
 
 def lu_rows(device: vram.Device, sizes, cuda: bool) -> tuple[list[dict], list[str]]:
@@ -168,8 +247,11 @@ def lu_rows(device: vram.Device, sizes, cuda: bool) -> tuple[list[dict], list[st
         A = vram.tensor(a, device=device)
         sync = lambda: vram.synchronize(device)  # noqa: E731
         cells: dict[str, float | None] = {}
-        for name, context in vram_variants(n, batch):
+        for name, context in lu_variants(n, batch):
             cells[name] = guarded(name, context, partial(vram.linalg.lu_factor, A), sync, skipped)
+        if n <= EX_MAX_N:
+            call = partial(vram.linalg.lu_factor_ex, A)
+            cells["vram _ex"] = guarded("vram _ex", nullcontext(), call, sync, skipped)
         plan = vram.linalg.plan_lu(n, n, batch, "float32")
         if cuda:
             try:
@@ -179,6 +261,10 @@ def lu_rows(device: vram.Device, sizes, cuda: bool) -> tuple[list[dict], list[st
                     torch.backends.cuda.preferred_linalg_library(library)
                     call = partial(torch.linalg.lu_factor, T)
                     cells[name] = time_call(call, torch.cuda.synchronize)
+                if n <= EX_MAX_N:
+                    torch.backends.cuda.preferred_linalg_library("cusolver")
+                    call = partial(torch.linalg.lu_factor_ex, T)
+                    cells["torch _ex"] = time_unsynchronized(call, torch.cuda.synchronize)
                 torch.backends.cuda.preferred_linalg_library("default")
                 del T
             except Exception as skip:  # a peer that fails is reported, not fatal
@@ -192,11 +278,9 @@ def lu_rows(device: vram.Device, sizes, cuda: bool) -> tuple[list[dict], list[st
                     del C
             except Exception as skip:  # a peer that fails is reported, not fatal
                 skipped.append(str(skip))
-        best_torch = min((v for k, v in cells.items() if k.startswith("torch") and v), default=None)
         row = {"op": "lu_factor", "n": n, "batch": batch, "vram_plan": plan.path}
         row.update({k: round(v, 4) for k, v in cells.items() if v is not None})
-        if best_torch and cells.get("vram"):
-            row["vram / best torch"] = round(cells["vram"] / best_torch, 3)
+        _ratios(row)
         rows.append(row)
         print(_line(row), flush=True)
     return rows, skipped
@@ -213,12 +297,7 @@ def solve_rows(device: vram.Device, sizes, cuda: bool) -> tuple[list[dict], list
             B = vram.tensor(b, device=device)
             sync = lambda: vram.synchronize(device)  # noqa: E731
             cells: dict[str, float | None] = {}
-            variants = [("vram", nullcontext()), ("vram cusolver", _dispatch.forced("cusolver"))]
-            if n <= CUBLAS_MAX_N:
-                variants.append(("vram cublas", _dispatch.forced("cublas")))
-            if batch >= 8:
-                variants.append(("vram streams 8", _dispatch.forced("streams", streams=8)))
-            for name, context in variants:
+            for name, context in solve_variants(n, batch):
                 call = partial(vram.linalg.solve, A, B)
                 cells[name] = guarded(name, context, call, sync, skipped)
             if cuda:
@@ -241,17 +320,81 @@ def solve_rows(device: vram.Device, sizes, cuda: bool) -> tuple[list[dict], list
                     del CA, CB
                 except Exception as skip:  # a peer that fails is reported, not fatal
                     skipped.append(str(skip))
-            best_torch = min(
-                (v for key, v in cells.items() if key.startswith("torch") and v), default=0
-            )
             row = {"op": "solve", "n": n, "batch": batch, "nrhs": k}
-            row["vram_plan"] = vram.linalg.plan_lu(n, n, batch, "float32").path
+            row["vram_plan"] = (
+                f"{vram.linalg.plan_lu(n, n, batch, 'float32').path}+"
+                f"{vram.linalg.plan_solve(n, k, batch, 'float32').path}"
+            )
             row.update({key: round(v, 4) for key, v in cells.items() if v is not None})
-            if best_torch and cells.get("vram"):
-                row["vram / best torch"] = round(cells["vram"] / best_torch, 3)
+            _ratios(row)
             rows.append(row)
             print(_line(row), flush=True)
     return rows, skipped
+
+
+# ---- the blocked LU's smoke check (a child process) ------------------------------------------
+
+
+def smoke(device: vram.Device, cuda: bool) -> dict:
+    """vram's blocked LU and solve on every benchmark shape, against PyTorch (on a GPU) or
+    NumPy (on sim): P L U = A and A X = B to fp32's accuracy; the failures found."""
+    failures = []
+    lu_sizes = LU_SIZES if cuda else SIM_LU_SIZES
+    solve_sizes = SOLVE_SIZES if cuda else SIM_SOLVE_SIZES
+    rng = np.random.default_rng(2)
+    for n, batch in sorted(set(lu_sizes) | set(solve_sizes)):
+        if not _blocked.supports("float32", n, n):
+            continue
+        count = min(batch, 8)  # checked on the first few; the run is on the whole batch
+        a = rng.standard_normal((batch, n, n)).astype(np.float32) + n**0.5 * np.eye(n, dtype="f4")
+        b = rng.standard_normal((batch, n, 3)).astype(np.float32)
+        A, B = vram.tensor(a, device=device), vram.tensor(b, device=device)
+        with _dispatch.forced("blocked"):
+            LU, pivots, info = vram.linalg.lu_factor_ex(A)
+            X = vram.linalg.solve(A, B) if _blocked.solve_supports("float32", n) else None
+        lu, piv = LU.numpy()[:count].astype(np.float64), pivots.numpy()[:count]
+        if (info.numpy() != 0).any():
+            failures.append(f"{n}x{batch}: info {np.unique(info.numpy())}")
+        for i in range(count):
+            product = (np.tril(lu[i], -1) + np.eye(n)) @ np.triu(lu[i])
+            for k in range(n - 1, -1, -1):
+                p = piv[i, k] - 1
+                product[[k, p]] = product[[p, k]]
+            error = np.abs(product - a[i]).max()
+            if not error < 1e-3 * n**0.5:
+                failures.append(f"{n}x{batch}: P L U - A is {error:.3g} in matrix {i}")
+                break
+        if X is not None:
+            residual = np.abs(a[:count] @ X.numpy()[:count] - b[:count]).max()
+            if not residual < 1e-3 * n**0.5:
+                failures.append(f"{n}x{batch}: A X - B is {residual:.3g}")
+    return {"ok": not failures, "failures": failures}
+
+
+def smoke_check(device: vram.Device) -> list[str]:
+    """Run ``smoke`` in a child process; a failure (or a crash) takes the blocked LU out."""
+    script = Path(__file__).resolve()
+    try:
+        child = subprocess.run(
+            [sys.executable, str(script), "--smoke", "--device", str(device)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        lines = child.stdout.strip().splitlines()
+        found = json.loads(lines[-1]) if child.returncode == 0 and lines else None
+    except Exception as exc:  # a hang or a crash: the same verdict
+        found, child = None, exc
+    if found is None:
+        reason = f"the smoke check crashed: {getattr(child, 'stderr', child)}"[-600:]
+    elif not found["ok"]:
+        reason = "the smoke check failed: " + "; ".join(found["failures"])[:600]
+    else:
+        print("blocked LU smoke check: passed", flush=True)
+        return []
+    disable_blocked(reason)
+    print(f"blocked LU taken out of this run: {reason}", flush=True)
+    return [f"vram blocked: {reason}"]
 
 
 def _line(row: dict) -> str:
@@ -310,15 +453,12 @@ def malloc_table(device: vram.Device, cuda: bool) -> tuple[list[dict], list[str]
     sizes = MALLOC_N if cuda else SIM_MALLOC_N
     env = dict(os.environ, VRAM_NO_CACHING="1")
     script = Path(__file__).resolve()
-    child = subprocess.run(
-        [sys.executable, str(script), "--mallocs", "--device", str(device)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if child.returncode != 0:
-        raise RuntimeError(f"the malloc count failed:\n{child.stderr}")
+    command = [sys.executable, str(script), "--mallocs", "--device", str(device)]
+    if not _Blocked.enabled:
+        command.append("--no-blocked")
+    child = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    if child.returncode != 0:  # reported, not fatal
+        return [], [f"the malloc count failed: {child.stderr[-600:]}"]
     rows = json.loads(child.stdout.strip().splitlines()[-1])
     skipped = []
     if cuda:
@@ -341,63 +481,91 @@ def malloc_table(device: vram.Device, cuda: bool) -> tuple[list[dict], list[str]
 
 # ---- the crossover table from a result ------------------------------------------------------
 
-PINNED = ("vram cublas", "vram cusolver", *(f"vram streams {k}" for k in STREAMS))
+PINNED = ("vram blocked", "vram cublas", "vram cusolver", "vram streams 8", "vram streams 16")
+
+
+def _cell(value: object) -> str:
+    return f"{'-' if value is None else f'{value:.3f}':>9}"
 
 
 def suggest(result: Path) -> str:
-    """The crossover table (vram/linalg/_dispatch.py) that a linalg result supports: the
-    note's table of pinned timings, and LU_CROSSOVERS["float32"] read off it; then each
-    row's vram / best PyTorch and the no-cliff ratios."""
-    rows = [r for r in json.loads(result.read_text())["results"] if r.get("op") == "lu_factor"]
-    lines = ["#   n x batch   " + "  ".join(f"{name[5:]:>10}" for name in PINNED) + "  best"]
-    winners = []
+    """What a linalg result says (see the module docstring): per row, every pinned way, the
+    fastest, PyTorch's best, and the ratios; then the no-cliff ratios."""
+    rows = json.loads(result.read_text())["results"]
+    head = "  ".join(f"{name[5:]:>9}" for name in PINNED)
+    lines = [f"#   op         n x batch  nrhs {head}    torch  fastest  default/t  fastest/t"]
     for row in rows:
-        cells = {name: row.get(name) for name in PINNED}
-        timed = {k: v for k, v in cells.items() if v is not None}
-        best = min(timed, key=timed.get) if timed else "-"
-        winners.append((row["n"], row["batch"], best, row))
-        text = "  ".join(f"{'-' if v is None else f'{v:.3f}':>10}" for v in cells.values())
-        lines.append(f"#   {row['n']:>4} x {row['batch']:<5} {text}  {best[5:]}")
-    batched = sorted((n, b, best) for n, b, best, _ in winners if b >= 2)
-    cublas_max = 0
-    for n, _, best in batched:
-        if best != "vram cublas":
-            break
-        cublas_max = n
-    spread = [best for _, _, best in batched if best.startswith("vram streams")]
-    streams = max(set(spread), key=spread.count) if spread else "vram streams 8"
-    looped_wins = [b for n, b, best, _ in winners if b >= 2 and best == "vram cusolver"]
-    min_batch = (max(looped_wins) + 1) if looped_wins else 2
-    algo = "None"
-    singles = [row for n, b, _, row in winners if b <= 16 and row.get("vram xgetrf alg1")]
-    for name, value in (("vram xgetrf alg1", "1"), ("vram xgetrf alg0", "0")):
-        if singles and all(r[name] < 0.95 * r["vram cusolver"] for r in singles if r.get(name)):
-            algo = value
-            break
-    lines.append(
-        f'    "float32": Crossover(cublas_max_n={cublas_max}, streams_min_batch={min_batch}, '
-        f"streams={streams.split()[-1]}, getrf_algo={algo}),"
-    )
-    for row in rows:
-        lines.append(f"  {row['n']} x {row['batch']}: vram / best torch = "
-                     f"{row.get('vram / best torch')}")  # fmt: skip
-    vram_ms = {(r["n"], r["batch"]): r.get("vram") for r in rows}
+        if row.get("op") not in ("lu_factor", "solve"):
+            continue
+        cells = "  ".join(_cell(row.get(name)) for name in PINNED)
+        torch = min(
+            (row[k] for k in ("torch default", "torch cusolver") if row.get(k)), default=None
+        )
+        lines.append(
+            f"#   {row['op']:<9} {row['n']:>4} x {row['batch']:<5} {row.get('nrhs', ''):>4} "
+            f"{cells} {_cell(torch)}  {row.get('vram fastest', '-'):>7}  "
+            f"{row.get('vram / best torch', '-'):>9}  {row.get('fastest / best torch', '-'):>9}"
+        )
+    lu = {(r["n"], r["batch"]): r for r in rows if r.get("op") == "lu_factor"}
     for low, high, batch in ((511, 512, 64), (1023, 1024, 16), (2047, 2048, 16)):
-        a, b = vram_ms.get((low, batch)), vram_ms.get((high, batch))
+        a, b = lu.get((low, batch)), lu.get((high, batch))
         if a and b:
-            lines.append(f"  cliff {high}/{low} at batch {batch}: {b / a:.3f} (at most 1.2)")
+            for name in ("vram", *PINNED):
+                if a.get(name) and b.get(name):
+                    lines.append(
+                        f"  cliff {high}/{low} at batch {batch}, {name}: "
+                        f"{b[name] / a[name]:.3f} (at most 1.2)"
+                    )
     return "\n".join(lines)
+
+
+def profile(device: vram.Device) -> str:
+    """Where the host's time goes in lu_factor and solve of 4096 32 x 32 matrices (fp32),
+    as cProfile sees 200 calls of each (after warm-up)."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((4096, 32, 32)).astype(np.float32) + 6 * np.eye(32, dtype="f4")
+    A = vram.tensor(a, device=device)
+    B = vram.tensor(rng.standard_normal((4096, 32, 1)).astype(np.float32), device=device)
+    out = []
+    for name, call in (
+        ("lu_factor", partial(vram.linalg.lu_factor, A)),
+        ("solve", partial(vram.linalg.solve, A, B)),
+    ):
+        for _ in range(20):
+            call()
+        vram.synchronize(device)
+        start = time.perf_counter()
+        for _ in range(200):
+            call()
+        vram.synchronize(device)
+        plain = (time.perf_counter() - start) * 1e3 / 200
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(200):
+            call()
+        vram.synchronize(device)
+        profiler.disable()
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(18)
+        out.append(f"== {name} of (4096, 32, 32): {plain:.4f} ms per call unprofiled")
+        out.append(text.getvalue())
+    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default=None, help="cuda:N or sim:N (default: the default)")
     parser.add_argument("--mallocs", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-blocked", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--profile", action="store_true", help="print the host's time in lu_factor and solve"
+    )
     parser.add_argument(
         "--suggest",
         type=Path,
         metavar="RESULT.json",
-        help="print the crossover table a linalg result supports, and its ratios; no run",
+        help="print what a linalg result says about the crossover tables; no run",
     )
     add_output_arguments(parser)
     options = parser.parse_args(argv)
@@ -407,16 +575,25 @@ def main(argv: list[str] | None = None) -> int:
     device = vram.default_device() if options.device is None else vram.device(options.device)
     vram.set_device(device)
     cuda = device.type == "cuda"
+    if options.no_blocked:
+        disable_blocked("--no-blocked")
     if options.mallocs:  # the child: VRAM_NO_CACHING=1 is set
         print(json.dumps(malloc_counts(device, MALLOC_N if cuda else SIM_MALLOC_N)))
         return 0
+    if options.smoke:  # the child: the blocked LU on every shape
+        print(json.dumps(smoke(device, cuda)))
+        return 0
+    if options.profile:
+        print(profile(device))
+        return 0
     print(f"linalg benchmark on {device} ({device_name(device)})", flush=True)
+    skipped_b = smoke_check(device) if not options.no_blocked else []
     mallocs, skipped_m = malloc_table(device, cuda)
     lu, skipped_lu = lu_rows(device, LU_SIZES if cuda else SIM_LU_SIZES, cuda)
     solves, skipped_s = solve_rows(device, SOLVE_SIZES if cuda else SIM_SOLVE_SIZES, cuda)
     paths = write_results("linalg", device, lu + solves, options.out, options.save)
     paths += write_results("linalg_mallocs", device, mallocs, options.out, options.save)
-    for skip in dict.fromkeys(skipped_m + skipped_lu + skipped_s):
+    for skip in dict.fromkeys(skipped_b + skipped_m + skipped_lu + skipped_s):
         print(f"skipped: {skip}")
     for path in paths:
         print(f"wrote {path}")

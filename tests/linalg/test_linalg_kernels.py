@@ -32,9 +32,9 @@ def test_every_instance_has_a_symbol(program):
 
 
 def test_the_blocked_lu_kernels_compile():
-    """Every swap and solve instance, and the panel at its smallest and its largest register
-    tile per dtype (the panels differ only in template constants; compiling all 13 takes
-    a minute on two cores, the GPU run compiles each on first use)."""
+    """Every swap and solve instance, the one-warp panel, and the panel at its largest
+    register tile (the panels differ only in template constants; compiling all 13 takes a
+    minute on two cores, the GPU run compiles each on first use)."""
     try:
         from vram.driver._nvrtc import compile_program, nvrtc_version
 
@@ -42,10 +42,10 @@ def test_the_blocked_lu_kernels_compile():
     except Exception as exc:  # the NVRTC library itself is missing on this machine
         pytest.skip(f"NVRTC cannot be loaded: {exc}")
     names = lu_kernel_names()
-    assert len(names) == 7 + 6 + 2 * (1 + 2)  # panels, swap_trsm and getrs per dtype
-    panels = [name for name in names if "panel<" in name]
-    chosen = [name for name in names if "panel<" not in name]
-    chosen += ["vram_lu::panel<float, 32, 1, 32>", "vram_lu::panel<double, 256, 2, 32>"]
+    assert len(names) == 7 + 6 + 2 * (1 + 3)  # panels; swap_trsm and 3 getrs per dtype
+    panels = [name for name in names if "panel" in name]
+    chosen = [name for name in names if "panel" not in name]
+    chosen += ["vram_lu::panel_warp<float>", "vram_lu::panel<double, 256, 2, 32>"]
     assert set(chosen) <= set(names) and len(panels) == 13
     program = compile_program(LU_SOURCE.read_text(), "sm_90", tuple(chosen))
     assert program.kind == "cubin"

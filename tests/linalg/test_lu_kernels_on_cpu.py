@@ -91,7 +91,7 @@ class CpuLibs:
 
     def lu_solve(self, s, dtype, transposed, n, nrhs, batch, lu, pivots, source, x):
         b, b_batch, b_row, b_col = source
-        rhs = 1 if nrhs == 1 else _blocked.SOLVE_RHS
+        rhs = _blocked.solve_tile(dtype, n, nrhs)
         args = np.array(_pack(_SOLVE_ARGS, lu, n * n, pivots, n, b, b_batch, b_row, b_col, x,
                               n * nrhs, n, nrhs, int(transposed)))  # fmt: skip
         threads = -(-n // 32) * 32
@@ -161,10 +161,11 @@ def test_one_panel_reads_the_input_in_place(kernels, monkeypatch, dtype):
     np.testing.assert_allclose(lu, want_lu, rtol=TOL[dtype], atol=TOL[dtype])
 
 
-def test_singular_matrices_and_ties(kernels, monkeypatch):
+@pytest.mark.parametrize("table", ["narrow", "mixed"])
+def test_singular_matrices_and_ties(kernels, monkeypatch, table):
     """Zero pivots in a later panel and in the first column: info is the first, the
     factorization runs to the end; equal magnitudes pick the first row (LAPACK's i?amax)."""
-    use(monkeypatch, "narrow")
+    use(monkeypatch, table)
     rng = np.random.default_rng(2)
     a = rng.standard_normal((4, 50, 50))
     a[0, :, 20] = 0  # stays 0 through every update: U[20, 20] = 0, in the third panel
@@ -179,8 +180,9 @@ def test_singular_matrices_and_ties(kernels, monkeypatch):
     np.testing.assert_allclose(lu, want_lu, rtol=1e-10, atol=1e-10)
 
 
-def test_without_pivoting(kernels, monkeypatch):
-    use(monkeypatch, "two warps")
+@pytest.mark.parametrize("table", ["two warps", "mixed"])
+def test_without_pivoting(kernels, monkeypatch, table):
+    use(monkeypatch, table)
     a = np.random.default_rng(3).standard_normal((2, 70, 70)) + 30 * np.eye(70)
     lu, pivots, info = factor_on_cpu(kernels, a, pivot=False)
     want_lu, _, want_info = expected(a, pivot=False)
@@ -190,7 +192,7 @@ def test_without_pivoting(kernels, monkeypatch):
 
 
 @pytest.mark.parametrize("transposed", [False, True])
-@pytest.mark.parametrize("nrhs", [1, 11])
+@pytest.mark.parametrize("nrhs", [1, 11, 40])  # one, 8 a block, 16 a block (float64)
 def test_solve_matches_lapack(kernels, monkeypatch, transposed, nrhs):
     """X from the factors, B read row-major where it lies (or X itself: in place)."""
     use(monkeypatch, "mixed")

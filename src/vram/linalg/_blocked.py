@@ -16,8 +16,8 @@ left), so the panels of one matrix get wider as it shrinks. A matrix one panel c
 instead of a copy of it. No workspace, no pointer arrays: the factors, pivots and info are
 all the memory a call needs.
 
-The solve is one launch: a block per (matrix, up to SOLVE_RHS right-hand sides), a thread
-per row, P, L and U applied in turn (for A^T: U^T, L^T and P^T), reading B where it lies
+The solve is one launch: a block per (matrix, up to ``solve_tile`` right-hand sides), a
+thread per row, P, L and U applied in turn (for A^T: U^T, L^T and P^T), reading B where it lies
 and writing X column-major; B may be X.
 
 Real dtypes only: complex ones go to cuBLAS and cuSOLVER (whose complex pivot rules differ:
@@ -36,6 +36,8 @@ __all__ = [
     "SWAP_COLUMNS",
     "SOLVE_MAX_N",
     "SOLVE_RHS",
+    "SOLVE_WIDE",
+    "solve_tile",
     "supports",
     "panel_config",
     "one_panel",
@@ -79,7 +81,21 @@ MAX_ROWS = {dtype: table[-1][0] for dtype, table in PANELS.items()}
 SWAP_WIDTH = 32  # swap_trsm's widest panel
 SWAP_COLUMNS = 128  # its threads per block, one column each
 SOLVE_MAX_N = 1024  # the solve's one thread per row
-SOLVE_RHS = 8  # right-hand sides per block (1 when there is one)
+# right-hand sides per block: 1 when there is one, the wide tile for many of them with
+# small matrices (few threads, so many blocks otherwise), else 8 (64 registers at most:
+# a block may have 1024 threads; 32 doubles would spill)
+SOLVE_RHS = 8
+SOLVE_WIDE = {"float32": 32, "float64": 16}
+SOLVE_WIDE_MAX_N = 128
+
+
+def solve_tile(dtype: str, n: int, nrhs: int) -> int:
+    """Right-hand sides per block of the solve kernel."""
+    if nrhs == 1:
+        return 1
+    if n <= SOLVE_WIDE_MAX_N and nrhs > SOLVE_RHS:
+        return SOLVE_WIDE[dtype]
+    return SOLVE_RHS
 
 
 def supports(dtype: str, m: int, n: int) -> bool:

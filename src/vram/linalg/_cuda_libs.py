@@ -18,7 +18,16 @@ import numpy as np
 from .. import memory
 from .._streams import Stream
 from ..blas import cublas_workspace_size
-from ._blocked import PANELS, SOLVE_RHS, SWAP_COLUMNS, SWAP_WIDTH, PanelConfig, Source
+from ._blocked import (
+    PANELS,
+    SOLVE_RHS,
+    SOLVE_WIDE,
+    SWAP_COLUMNS,
+    SWAP_WIDTH,
+    PanelConfig,
+    Source,
+    solve_tile,
+)
 
 __all__ = ["CudaLibs", "kernel_names", "lu_kernel_names", "KERNEL_SOURCE", "LU_SOURCE"]
 
@@ -64,8 +73,13 @@ def _pack(layout: np.dtype, *values: int) -> np.void:
     return np.array(values, dtype=np.int64).view(layout)[0]
 
 
+_WARP_PANEL = PanelConfig(32, 1, 32)  # the one-warp kernel's shape (``panel_warp``)
+
+
 def _panel_name(dtype: str, config: PanelConfig) -> str:
     t = _LU_TYPES[dtype]
+    if config == _WARP_PANEL:
+        return f"panel_warp<{t}>"
     return f"panel<{t}, {config.threads}, {config.rows}, {config.width}>"
 
 
@@ -83,7 +97,7 @@ def lu_kernel_names() -> list[str]:
     for dtype, table in PANELS.items():
         names += [_LU_NS + _panel_name(dtype, config) for _, config in table]
         names.append(_LU_NS + _swap_name(dtype))
-        names += [_LU_NS + _solve_name(dtype, rhs) for rhs in sorted({1, SOLVE_RHS})]
+        names += [_LU_NS + _solve_name(dtype, rhs) for rhs in (1, SOLVE_RHS, SOLVE_WIDE[dtype])]
     return names
 
 
@@ -388,7 +402,7 @@ class CudaLibs:
         x: int,
     ) -> None:
         b, b_batch, b_row, b_col = source
-        rhs = 1 if nrhs == 1 else SOLVE_RHS
+        rhs = solve_tile(dtype, n, nrhs)
         args = _pack(_SOLVE_ARGS, lu, n * n, pivots, n, b, b_batch, b_row, b_col, x, n * nrhs,
                      n, nrhs, int(transposed))  # fmt: skip
         threads = -(-n // 32) * 32

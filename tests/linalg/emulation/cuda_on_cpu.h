@@ -36,6 +36,10 @@ inline unsigned char exchange[1024][16];
 
 inline void __syncthreads() { cuda_on_cpu::block_barrier->arrive_and_wait(); }
 
+inline void __syncwarp(unsigned = 0xffffffffu) {
+    cuda_on_cpu::warp_barriers[threadIdx.x / 32]->arrive_and_wait();
+}
+
 template <typename T> T __shfl_xor_sync(unsigned, T value, int offset) {
     using namespace cuda_on_cpu;
     const unsigned t = threadIdx.x;

@@ -19,8 +19,11 @@ using cuda_on_cpu::launch;
 // the configurations the tests use (tests/linalg/test_lu_kernels_on_cpu.py): one and two
 // warps, one to four rows per thread, panels 8 to 32 wide; the GPU's own ones differ only
 // in these constants (and all compile with NVRTC: test_linalg_kernels.py)
-#define PANELS(T)       \
-    PANEL(T, 32, 1, 32) \
+#define PANELS(T)                                                                  \
+    if (threads == 32 && rows == 1 && width == 32) { /* as on the GPU: one warp */    \
+        launch(dim3{(unsigned)batch, 1, 1}, dim3{32, 1, 1}, [&] { panel_warp<T>(*args); }); \
+        return 0;                                                                      \
+    }                                                                                  \
     PANEL(T, 64, 1, 32) \
     PANEL(T, 64, 2, 16) \
     PANEL(T, 32, 4, 8)  \
@@ -54,6 +57,8 @@ extern "C" int emu_getrs(int dtype, int rhs, int threads, long long batch, long 
     else if (dtype == 0 && rhs == 8) launch(grid, block, [&] { getrs<float, 8>(*args); });
     else if (dtype == 1 && rhs == 1) launch(grid, block, [&] { getrs<double, 1>(*args); });
     else if (dtype == 1 && rhs == 8) launch(grid, block, [&] { getrs<double, 8>(*args); });
+    else if (dtype == 0 && rhs == 32) launch(grid, block, [&] { getrs<float, 32>(*args); });
+    else if (dtype == 1 && rhs == 16) launch(grid, block, [&] { getrs<double, 16>(*args); });
     else return -1;
     return 0;
 }
