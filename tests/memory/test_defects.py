@@ -11,7 +11,7 @@ import pytest
 import vram
 from vram.memory import (
     _api,
-    _caching,
+    _uncached,
     allocator_for,
     caching_allocator_alloc,
     caching_allocator_delete,
@@ -213,19 +213,19 @@ def test_oversize_counters_use_the_setting_the_block_was_made_under(sim0):
 @pytest.mark.parametrize("value", ["1", "true", "YES", "on"])
 def test_no_caching_takes_pytorchs_spellings(monkeypatch, value):
     monkeypatch.setenv("VRAM_NO_CACHING", value)
-    assert _caching.no_caching_requested()
+    assert _uncached.no_caching_requested()
 
 
 def test_no_caching_falls_back_to_pytorchs_variable(monkeypatch):
     monkeypatch.delenv("VRAM_NO_CACHING", raising=False)
     monkeypatch.setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")
-    assert _caching.no_caching_requested()
+    assert _uncached.no_caching_requested()
 
 
 def test_a_bad_no_caching_value_names_the_variable(monkeypatch):
     monkeypatch.setenv("VRAM_NO_CACHING", "maybe")
     with pytest.raises(ValueError, match="VRAM_NO_CACHING: expected 1 or 0"):
-        _caching.no_caching_requested()
+        _uncached.no_caching_requested()
 
 
 def test_raw_owner_is_empty_after_the_tests_frees():

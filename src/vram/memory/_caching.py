@@ -32,13 +32,12 @@ changed anything yet. A finalizer must not allocate (malloc would wait on the lo
 own thread holds).
 
 ``VRAM_NO_CACHING=1`` (or PyTorch's PYTORCH_NO_CUDA_MEMORY_CACHING, read when an allocator is
-made) gives an ``UncachedAllocator`` instead: every request is a device allocation of its
-own, given back at free.
+made) gives an ``UncachedAllocator`` instead (``_uncached``): every request is a device
+allocation of its own, given back at free.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from collections import deque
@@ -72,14 +71,7 @@ from ._pool import (
 from ._sources import DeviceMalloc, Expandable
 from ._stats import DeviceStats
 
-__all__ = [
-    "DeviceCachingAllocator",
-    "UncachedAllocator",
-    "allocator_for",
-    "allocate",
-    "format_size",
-    "no_caching_requested",
-]
+__all__ = ["DeviceCachingAllocator", "allocator_for", "allocate", "format_size"]
 
 Route = tuple[Any, Callable[[int], bool]]  # (private pool, which streams' requests it takes)
 
@@ -740,49 +732,6 @@ class DeviceCachingAllocator:
         return pools
 
 
-class UncachedAllocator(DeviceCachingAllocator):
-    """``VRAM_NO_CACHING=1``: every request is a device allocation of its own (of the
-    rounded size), given back to the device at free; the stats are kept as usual."""
-
-    no_caching = True
-
-    @staticmethod
-    def allocation_size(size: int) -> int:
-        """Each request is a segment of its own, of the rounded size."""
-        return size
-
-    def _malloc(self, orig_size: int, stream: int) -> Block | None:
-        size = self.round_size(orig_size)
-        pool = self.small if size <= SMALL_SIZE else self.large
-        limit = self.allowed_memory_maximum
-        if limit is not None and self.total_allocated_memory + size > limit:
-            return None
-        block = self.device_malloc.grow(pool, stream, size)
-        if block is None:
-            return None
-        return self._hand_out(block, pool, size, orig_size, stream)
-
-    def _free(self, ptr: int) -> None:
-        """Wait for the streams that used the block (as cudaFree would), then give its
-        segment back. Synchronizes."""
-        block = self._live_block(ptr, "free")
-        streams = {block.segment.stream, *self.lifetimes.stream_uses.pop(block, ())}
-        for stream in sorted(streams):
-            self.driver.stream_synchronize(stream)
-        if block.use_events:
-            self.lifetimes.wait_for_uses(block)
-        del self._allocated[ptr]
-        if self._oversize and block in self._oversize:
-            self._oversize.remove(block)
-            self.stats.oversize_allocations.decrease(1)
-        if self.recorder is not None:
-            self._trace("free_requested", block.ptr, block.requested_size, block.segment.stream)
-        size, requested = block.size, block.requested_size
-        self._free_block(block)  # (a whole segment: nothing to merge, no split change)
-        self.stats.free(block.segment.pool.is_small, size, requested, 0, 0)
-        self._give_back(block)
-
-
 def _divisions(config: AllocatorConfig) -> list[int] | None:
     """The roundup_power2_divisions table when it rounds anything, else None."""
     table = config.roundup_power2_divisions
@@ -806,25 +755,6 @@ def _next_division(size: int, divisions: int) -> int:
     return size if rounded == size else rounded + step
 
 
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
-
-
-def no_caching_requested() -> bool:
-    """``VRAM_NO_CACHING`` (PyTorch's ``PYTORCH_NO_CUDA_MEMORY_CACHING`` when unset):
-    1/true/yes/on or 0/false/no/off; anything else is a ValueError naming the variable."""
-    for name in ("VRAM_NO_CACHING", "PYTORCH_NO_CUDA_MEMORY_CACHING"):
-        text = os.environ.get(name)
-        if text is None:
-            continue
-        value = text.strip().lower()
-        if value in _TRUE:
-            return True
-        if value in _FALSE:
-            return False
-        raise ValueError(f"{name}: expected 1 or 0 (true/false, yes/no, on/off), got {text!r}")
-    return False
-
-
 # ================================================================= one allocator a device
 _allocators: dict[Device, DeviceCachingAllocator] = {}
 _allocators_lock = threading.Lock()
@@ -846,6 +776,8 @@ def allocator_for(device: object = None) -> DeviceCachingAllocator:
                 if config.backend == "cudaMallocAsync":  # the driver's pool (_async)
                     from ._async import AsyncAllocator as kind
                 else:
+                    from ._uncached import UncachedAllocator, no_caching_requested
+
                     kind = UncachedAllocator if no_caching_requested() else DeviceCachingAllocator
                 allocator = _allocators[found] = kind(found, config)
                 for hook in allocator_created_hooks:
