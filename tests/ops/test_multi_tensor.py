@@ -20,9 +20,9 @@ def launches(monkeypatch):
     def start():
         counted = []
 
-        def enqueue(stream, fn):
+        def enqueue(stream, fn, touches=()):
             counted.append(stream)
-            original(stream, fn)
+            original(stream, fn, touches)
 
         monkeypatch.setattr(sim, "enqueue", enqueue)
         return counted

@@ -215,7 +215,9 @@ def test_fused_steps_take_two_launches_for_two_hundred_tensors(sim0, monkeypatch
     counted = []
     sim = vram.sim.driver()
     original = sim.enqueue
-    monkeypatch.setattr(sim, "enqueue", lambda s, fn: (counted.append(s), original(s, fn)))
+    monkeypatch.setattr(
+        sim, "enqueue", lambda s, fn, touches=(): (counted.append(s), original(s, fn, touches))
+    )
     opt.step()
     assert len(counted) == 2  # steps += 1, then the update
     cached = dict(opt._fused_plans._groups)

@@ -16,6 +16,9 @@ Streams and events
   it depends on on other streams, nothing more.
 - Queued work holds device pointers, never tensors: memory freed while work is still queued
   is reused by whatever the allocator decides, exactly as on a GPU.
+- Observers (``watch``) learn of every kernel or copy as it is queued, with the memory it
+  touches, and of every event record, stream wait and host synchronization: the view the
+  stream sanitizer (``stream_sanitizer:True``) checks cross-stream reuse with.
 
 Faults: ``inject_malloc_failure(nth=..., above_bytes=...)`` makes device mallocs (malloc and
 vmm_create) fail with CUDA_ERROR_OUT_OF_MEMORY.
@@ -45,6 +48,8 @@ from ._simgraph import SimGraphs
 from ._simpool import SimMemPool
 
 __all__ = ["SimDriver", "parse_bytes", "check_capacity", "MAX_DEVICES", "MAX_CAPACITY"]
+
+Touches = tuple[tuple[int, int], ...]  # (ptr, nbytes) ranges of device memory a work item uses
 
 _GiB = 1 << 30
 _MALLOC_ALIGNMENT = 512  # bytes; cudaMalloc gives at least 256-byte alignment
@@ -234,6 +239,7 @@ class SimDriver(SimGraphs, Driver):
         self._peer_access: set[tuple[int, int]] = set()  # (device, peer): device reads peer
         self._pools: dict[int, SimMemPool] = {}  # device -> its default stream-ordered pool
         self._init_graphs()  # stream capture and graphs (_simgraph)
+        self.observers: list[Callable[[str, int | None, object], None]] = []  # watch()
 
     # ---- devices -------------------------------------------------------------------
     def device_count(self) -> int:
@@ -277,6 +283,8 @@ class SimDriver(SimGraphs, Driver):
             for stream in list(self._streams.values()):
                 if stream.device == device:
                     self._drain(stream, None)
+            if self.observers:
+                self._tell("host_device", device, None)
             self._release_pools()
         self._raise_deferred()
 
@@ -320,6 +328,8 @@ class SimDriver(SimGraphs, Driver):
             for stream in list(self._streams.values()):
                 if stream.device == device:
                     self._drain(stream, None)
+            if self.observers:
+                self._tell("host_device", device, None)
             mem = self._mem(device)
             rng = mem.range_at(ptr, "malloc", "cuMemFree")
             mem.drop_range(ptr)
@@ -580,6 +590,8 @@ class SimDriver(SimGraphs, Driver):
             if self._capturing:
                 self._forbid_stream(s, "cuStreamSynchronize")
             self._drain(s, None)
+            if self.observers:
+                self._tell("host_stream", stream, None)
             self._release_pools()
         self._raise_deferred()
 
@@ -590,13 +602,40 @@ class SimDriver(SimGraphs, Driver):
             if s.capture is not None or e.captured is not None:
                 self._capture_wait(s, e)
                 return
+            if self.observers and e.last is not None:
+                self._tell("wait", stream, event)
             if e.last is not None and not e.last.done:
                 self._enqueue(s, ("wait", e.last))
 
-    def enqueue(self, stream: int, fn: Callable[[], None]) -> None:
-        """Queue a host function as a kernel on ``stream`` (the sim's kernel launch)."""
+    def enqueue(self, stream: int, fn: Callable[[], None], touches: Touches = ()) -> None:
+        """Queue a host function as a kernel on ``stream`` (the sim's kernel launch).
+        ``touches``: the (ptr, nbytes) ranges of device memory it reads or writes, told to
+        the observers as it is queued (``watch``)."""
         with self._lock:
-            self._enqueue(self._stream(stream, "cuLaunchKernel"), ("run", fn))
+            s = self._stream(stream, "cuLaunchKernel")
+            if self.observers and s.capture is None:
+                self._tell("queue", stream, touches)
+            self._enqueue(s, ("run", fn))
+
+    # ---- observers: who may learn of every queued access and synchronization --------
+    def watch(self, observer: Callable[[str, int | None, object], None]) -> None:
+        """Call ``observer(kind, stream, what)`` under the driver's lock as work is queued
+        and ordered (the stream sanitizer's view, vram.memory._sanitizer):
+        ("queue", stream, touches) for a kernel or copy, ("record", stream, event),
+        ("wait", stream, event), ("host_event", None, event) when the host sees an event
+        complete, ("host_stream", stream, None) and ("host_device", device, None) when it
+        synchronizes with a stream or the device (cudaFree does too)."""
+        with self._lock:
+            self.observers.append(observer)
+
+    def unwatch(self, observer: Callable[[str, int | None, object], None]) -> None:
+        with self._lock:
+            if observer in self.observers:
+                self.observers.remove(observer)
+
+    def _tell(self, kind: str, stream: int | None, what: object) -> None:
+        for observer in list(self.observers):
+            observer(kind, stream, what)
 
     # ---- events --------------------------------------------------------------------
     def _event(self, handle: int, call: str) -> _Event:
@@ -625,6 +664,8 @@ class SimDriver(SimGraphs, Driver):
                 return
             e.captured = None
             e.last = _Mark(s)
+            if self.observers:
+                self._tell("record", stream, event)
             self._enqueue(s, ("mark", e.last))
 
     def event_query(self, event: int) -> bool:
@@ -633,6 +674,8 @@ class SimDriver(SimGraphs, Driver):
             if self._capturing or e.captured is not None:
                 self._forbid_event(e, "cuEventQuery")
             last = e.last
+            if self.observers and last is not None and last.done:
+                self._tell("host_event", None, event)
             return last is None or last.done
 
     def event_synchronize(self, event: int) -> None:
@@ -643,6 +686,8 @@ class SimDriver(SimGraphs, Driver):
             last = e.last
             if last is not None and not last.done:
                 self._drain(last.stream, last)
+            if self.observers and last is not None:
+                self._tell("host_event", None, event)
             self._release_pools()
         self._raise_deferred()
 
@@ -715,14 +760,22 @@ class SimDriver(SimGraphs, Driver):
     def memcpy_htod(self, dst: int, src: np.ndarray, stream: int) -> None:
         data = np.ascontiguousarray(src).reshape(-1).view(np.uint8)
         self.view(dst, data.nbytes)  # a bad address fails at the call, as CUDA's does
-        self.enqueue(stream, lambda: self.view(dst, data.nbytes).__setitem__(..., data))
+        self.enqueue(
+            stream,
+            lambda: self.view(dst, data.nbytes).__setitem__(..., data),
+            ((dst, data.nbytes),),
+        )
 
     def memcpy_dtoh(self, dst: np.ndarray, src: int, stream: int) -> None:
         if not dst.flags.c_contiguous:
             raise ValueError("memcpy_dtoh: dst must be C-contiguous")
         out = dst.reshape(-1).view(np.uint8)
         self.view(src, out.nbytes)
-        self.enqueue(stream, lambda: out.__setitem__(..., self.view(src, out.nbytes)))
+        self.enqueue(
+            stream,
+            lambda: out.__setitem__(..., self.view(src, out.nbytes)),
+            ((src, out.nbytes),),
+        )
 
     def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         if nbytes == 0:
@@ -730,14 +783,16 @@ class SimDriver(SimGraphs, Driver):
         self.view(dst, nbytes)
         self.view(src, nbytes)
         self.enqueue(
-            stream, lambda: self.view(dst, nbytes).__setitem__(..., self.view(src, nbytes).copy())
+            stream,
+            lambda: self.view(dst, nbytes).__setitem__(..., self.view(src, nbytes).copy()),
+            ((dst, nbytes), (src, nbytes)),
         )
 
     def memset_d8(self, ptr: int, value: int, nbytes: int, stream: int) -> None:
         if nbytes == 0:
             return
         self.view(ptr, nbytes)
-        self.enqueue(stream, lambda: self.view(ptr, nbytes).fill(value & 0xFF))
+        self.enqueue(stream, lambda: self.view(ptr, nbytes).fill(value & 0xFF), ((ptr, nbytes),))
 
     # ---- pinned host memory ----------------------------------------------------------
     def host_alloc(self, nbytes: int) -> int:

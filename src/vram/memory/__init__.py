@@ -21,6 +21,7 @@ from ._host import (
 )
 from ._oom_report import MemoryReport, memory_report
 from ._pools import MemPool, use_mem_pool
+from ._sanitizer import StreamRace, StreamRaceWarning, stream_races
 from ._snapshot import _dump_snapshot, _record_memory_history, _snapshot, memory_snapshot
 from ._workspace import get_workspace
 
@@ -49,6 +50,9 @@ __all__ = [
     "MemPool",
     "MemoryReport",
     "memory_report",
+    "StreamRace",
+    "StreamRaceWarning",
+    "stream_races",
     "allocate",
     "allocator_for",
     "format_size",

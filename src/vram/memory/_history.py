@@ -3,9 +3,9 @@
 An allocator calls ``recorder.record(allocator, action, addr, size, stream, context)`` for
 each event (``context``: the frames of a segment_free's segment)
 while its ``recorder`` is set (DeviceCachingAllocator._trace). The recorder here is a small
-fan-out: the allocator's History (while _record_memory_history is on) and any number of
-counters (count_device_calls) hang on it. With neither, ``allocator.recorder`` goes back to
-None and the allocator's hot path pays nothing.
+fan-out: the allocator's History (while _record_memory_history is on), any number of
+counters (count_device_calls) and watchers (the stream sanitizer) hang on it. With none,
+``allocator.recorder`` goes back to None and the allocator's hot path pays nothing.
 
 History keeps PyTorch's meanings:
 - ``enabled``: "state" keeps stack frames of live allocations and segments only; "all" also
@@ -127,24 +127,27 @@ class History:
 class Recorder:
     """The fan-out an allocator's ``recorder`` points to (guarded by the allocator's lock)."""
 
-    __slots__ = ("history", "counters")
+    __slots__ = ("history", "counters", "watchers")
 
     def __init__(self) -> None:
         self.history: History | None = None
         self.counters: list[dict[str, int]] = []  # one dict action -> count per counter
+        self.watchers: list[Any] = []  # objects with record(...) too (the stream sanitizer)
 
     def record(
         self, allocator: Any, action: str, addr: int, size: int, stream: int, context: Any = None
     ) -> Any:
         for counts in self.counters:
             counts[action] = counts.get(action, 0) + 1
+        for watcher in self.watchers:
+            watcher.record(allocator, action, addr, size, stream, context)
         history = self.history
         if history is None:
             return None
         return history.record(allocator, action, addr, size, stream, context)
 
     def idle(self) -> bool:
-        return self.history is None and not self.counters
+        return self.history is None and not self.counters and not self.watchers
 
 
 def attach(allocator: Any) -> Recorder:

@@ -311,7 +311,12 @@ class TensorListPlan:
         if stream is None:
             run()
         else:
-            self.device.driver.enqueue(stream.cuda_stream, run)
+            touches = tuple(
+                (address, numel * dt.itemsize)
+                for column, numel in zip(columns, counts, strict=True)
+                for address, dt in zip(column, dtypes, strict=True)
+            )
+            self.device.driver.enqueue(stream.cuda_stream, run, touches)
 
 
 def _array(view: Callable[[int, int], np.ndarray], address: int, numel: int, dt: np.dtype):
@@ -396,4 +401,5 @@ def _run_per_element(
     if stream is None:
         run()
     else:
-        device.driver.enqueue(stream.cuda_stream, run)
+        touches = tuple((address, 4) for address in pointers)
+        device.driver.enqueue(stream.cuda_stream, run, touches)

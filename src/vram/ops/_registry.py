@@ -270,7 +270,20 @@ def _queue_on_sim(fn: Callable, values: list[Any], stream: Any) -> None:
         views = [v if d is None else ndarray_view(driver.view, *d) for v, d in pairs]
         fn(*views)
 
-    driver.enqueue(stream.cuda_stream, run)
+    touches = tuple(_extent(*d) for d in described if d is not None)
+    driver.enqueue(stream.cuda_stream, run, touches)
+
+
+def _extent(
+    ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dt: np.dtype
+) -> tuple[int, int]:
+    """The (start, nbytes) range of device memory a strided tensor spans (what the queued
+    kernel touches; the stream sanitizer checks it)."""
+    if any(n == 0 for n in shape):
+        return ptr, 0
+    low = sum((n - 1) * s for n, s in zip(shape, strides, strict=True) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(shape, strides, strict=True) if s > 0)
+    return ptr + low, high - low + np.dtype(dt).itemsize
 
 
 def _describe(t: Tensor) -> tuple[int, tuple[int, ...], tuple[int, ...], np.dtype]:
