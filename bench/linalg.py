@@ -34,9 +34,9 @@ measured PyTorch before the fix at 20 cudaMalloc for (16, 512, 512) and 7 for (1
 ``--device sim:0`` runs vram alone on small sizes, to check the script anywhere.
 ``--profile`` prints where the host's time goes in lu_factor and solve at 32 x 4096.
 ``--suggest RESULT.json`` prints, without running anything, each row's fastest vram way,
-vram / best PyTorch for the default and for that way, and the no-cliff ratios: what the
-crossover tables (``LU_CROSSOVERS``, ``SOLVE_CROSSOVERS`` in vram/linalg/_dispatch.py)
-are read from.
+vram / best PyTorch for the run's default, for that way and for the way the crossover
+tables pick now (``LU_CROSSOVERS``, ``SOLVE_CROSSOVERS`` in vram/linalg/_dispatch.py, read
+from such a result), and the no-cliff ratios.
 
     python bench/linalg.py [--device cuda:0] [--out FILE.json|DIR] [--save]
     python bench/linalg.py --profile
@@ -175,7 +175,9 @@ def disable_blocked(reason: str) -> None:
     _Blocked.reason = reason
     for table in (_dispatch.LU_CROSSOVERS, _dispatch.SOLVE_CROSSOVERS):
         for dtype, crossover in table.items():
-            table[dtype] = dataclasses.replace(crossover, blocked_max_n=0)
+            bands = tuple((most, "streams" if way == "blocked" else way)
+                          for most, way in crossover.bands)  # fmt: skip
+            table[dtype] = dataclasses.replace(crossover, bands=bands)
 
 
 def lu_variants(n: int, batch: int) -> list[tuple[str, object]]:
@@ -488,12 +490,28 @@ def _cell(value: object) -> str:
     return f"{'-' if value is None else f'{value:.3f}':>9}"
 
 
+def _with_table(row: dict, torch: float | None) -> str:
+    """The way vram's crossover tables pick now for a row, and its measured ratio."""
+    n, batch = row["n"], row["batch"]
+    if row["op"] == "lu_factor":
+        plan = vram.linalg.plan_lu(n, n, batch, "float32")
+    else:
+        plan = vram.linalg.plan_solve(n, row["nrhs"], batch, "float32")
+    name = f"streams {plan.streams}" if plan.path == "streams" else plan.path
+    value = row.get(f"vram {name}")
+    ratio = f"{value / torch:.3f}" if value and torch else "-"
+    return f"{name}, {ratio}"
+
+
 def suggest(result: Path) -> str:
     """What a linalg result says (see the module docstring): per row, every pinned way, the
     fastest, PyTorch's best, and the ratios; then the no-cliff ratios."""
     rows = json.loads(result.read_text())["results"]
     head = "  ".join(f"{name[5:]:>9}" for name in PINNED)
-    lines = [f"#   op         n x batch  nrhs {head}    torch  fastest  default/t  fastest/t"]
+    lines = [
+        f"#   op         n x batch  nrhs {head}    torch  fastest  default/t  fastest/t"
+        "  table: way, /t"
+    ]
     for row in rows:
         if row.get("op") not in ("lu_factor", "solve"):
             continue
@@ -505,6 +523,7 @@ def suggest(result: Path) -> str:
             f"#   {row['op']:<9} {row['n']:>4} x {row['batch']:<5} {row.get('nrhs', ''):>4} "
             f"{cells} {_cell(torch)}  {row.get('vram fastest', '-'):>7}  "
             f"{row.get('vram / best torch', '-'):>9}  {row.get('fastest / best torch', '-'):>9}"
+            f"  {_with_table(row, torch)}"
         )
     lu = {(r["n"], r["batch"]): r for r in rows if r.get("op") == "lu_factor"}
     for low, high, batch in ((511, 512, 64), (1023, 1024, 16), (2047, 2048, 16)):

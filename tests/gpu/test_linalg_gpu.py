@@ -201,7 +201,8 @@ def test_the_64_bit_api_matches_pytorch(monkeypatch, algo):
 def test_blocked_lu_and_solve_match_pytorch(dt, n):
     """vram's own kernels (kernels/lu.cu) over several panels: pivots as PyTorch's, X for
     1 and 11 right-hand sides (two blocks of 8), left and right, B read where it lies."""
-    a = random((3, n, n), dt, seed=n) + 4 * np.sqrt(n) * np.eye(n, dtype=dt.np)
+    shift = 4 * np.sqrt(n) * np.eye(n)
+    a = (random((3, n, n), dt, seed=n) + shift).astype(dt.np)  # float32 stays float32
     A, T = on_both(a)
     with _dispatch.forced("blocked"):
         LU, pivots, info = vram.linalg.lu_factor_ex(A)

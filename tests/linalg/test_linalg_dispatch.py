@@ -19,41 +19,75 @@ COMPLEX = LU_CROSSOVERS["complex64"]
 def test_every_dtype_has_crossovers():
     for table in (LU_CROSSOVERS, SOLVE_CROSSOVERS):
         assert set(table) == {"float32", "float64", "complex64", "complex128"}
+        for crossover in table.values():
+            limits = [most for most, _ in crossover.bands]
+            assert limits == sorted(limits) and limits[-1] == _dispatch.EVERY_N
+            assert {way for _, way in crossover.bands} <= set(_dispatch.PATHS)
+        for dtype in ("complex64", "complex128"):  # vram's blocked LU is for real dtypes
+            assert "blocked" not in {way for _, way in table[dtype].bands}
 
 
-def test_default_plans_follow_the_table():
-    # complex: cuBLAS's batched LU for small matrices, cuSOLVER above (over side streams)
-    small, large = COMPLEX.cublas_max_n, COMPLEX.cublas_max_n + 1
-    assert plan_lu(small, small, 64, "complex64").path == "cublas"
-    assert plan_lu(large, large, 1, "complex64").path == "cusolver"  # one matrix: cuSOLVER
-    big_batch = max(COMPLEX.streams_min_batch, 2)
-    spread = plan_lu(large, large, big_batch, "complex64")
-    assert spread == Plan("streams", min(COMPLEX.streams, big_batch), COMPLEX.getrf_algo)
-    assert plan_lu(small, small + 1, 64, "complex64").path != "cublas"  # cuBLAS: square only
-    # real: vram's blocked LU where the table takes it and it can run
-    most = min(TABLE.blocked_max_n, _blocked.MAX_ROWS["float32"])
-    batch = max(TABLE.blocked_min_batch, 2)
-    assert plan_lu(most, most, batch, "float32").path == "blocked"
-    assert plan_lu(most, most - 5, batch, "float32").path == "blocked"  # rectangular too
-    beyond = plan_lu(most + 1, most + 1, batch, "float32")
-    assert beyond.path != "blocked"
-    solve_most = min(SOLVE_CROSSOVERS["float32"].blocked_max_n, _blocked.SOLVE_MAX_N)
-    assert plan_solve(solve_most, 4, 64, "float32").path == "blocked"
-    assert plan_solve(solve_most + 1, 4, 64, "float32").path != "blocked"
-    assert plan_solve(8, 4, 64, "complex128").path == "cublas"
+def test_default_plans_follow_the_bands():
+    """Note [LU crossovers]: blocked to 128, cuBLAS at 256, blocked to 1022, side streams
+    above; one matrix: cuSOLVER."""
+    assert TABLE.way(32, 4096) == "blocked" and TABLE.way(128, 1024) == "blocked"
+    assert TABLE.way(256, 256) == "cublas"
+    assert TABLE.way(511, 64) == TABLE.way(512, 64) == "blocked"  # no cliff at 512
+    assert TABLE.way(1023, 16) == TABLE.way(1024, 16) == "streams"
+    assert TABLE.way(2047, 16) == TABLE.way(2048, 16) == "streams"
+    for n in (32, 512, 2048, 4096):
+        assert TABLE.way(n, 1) == "cusolver"
+    assert plan_lu(32, 32, 4096, "float32") == Plan("blocked")
+    assert plan_lu(256, 256, 256, "float32") == Plan("cublas")
+    assert plan_lu(256, 200, 256, "float32").path == "streams"  # cuBLAS: square only
+    assert plan_lu(1024, 1024, 16, "float32") == Plan("streams", 8, TABLE.getrf_algo)
+    assert plan_lu(1024, 1024, 4, "float32") == Plan("streams", 4, TABLE.getrf_algo)
+    assert plan_lu(4096, 4096, 1, "float32").path == "cusolver"
+    # complex: cuBLAS to 512, side streams above
+    assert plan_lu(512, 512, 64, "complex64") == Plan("cublas")
+    assert plan_lu(513, 513, 64, "complex64").path == "streams"
+    # solves: blocked to 1024 for real dtypes, then side streams; cuBLAS for complex
+    assert plan_solve(1024, 4, 16, "float32") == Plan("blocked")
+    assert plan_solve(1025, 4, 16, "float64").path == "streams"
+    assert plan_solve(8, 4, 64, "complex128") == Plan("cublas")
 
 
-def test_a_pinned_path_that_cannot_run_gives_way_to_cusolver():
+def test_a_way_that_cannot_run_gives_way_to_cusolver(monkeypatch):
+    monkeypatch.setitem(_blocked.MAX_ROWS, "float32", 64)  # too tall for blocked past 64
+    assert plan_lu(100, 100, 64, "float32").path == "streams"
+    assert plan_lu(64, 64, 64, "float32") == Plan("blocked")
     with _dispatch.forced("blocked"):
         assert plan_lu(8, 8, 4, "float64") == Plan("blocked")
         assert plan_lu(8, 8, 4, "complex64").path == "cusolver"  # vram's kernels: real only
-        too_tall = _blocked.MAX_ROWS["float64"] + 1
-        assert plan_lu(too_tall, 8, 4, "float64").path == "cusolver"
+        assert plan_lu(65, 8, 4, "float32").path == "cusolver"
         assert plan_solve(_blocked.SOLVE_MAX_N + 1, 1, 4, "float32").path == "cusolver"
 
 
+def test_a_blocked_solve_factors_blocked(sim0, monkeypatch):
+    """linalg.solve at 256 x 256: the LU table says cuBLAS, the solve table blocked; the
+    solve factors blocked (the pair that was measured)."""
+    ran = []
+    real = _lu.factor
+
+    def spy(*args, **kwargs):
+        plan = real(*args, **kwargs)
+        ran.append(plan.path)
+        return plan
+
+    monkeypatch.setattr(_solve, "factor", spy)
+    rng = np.random.default_rng(0)
+    A = vram.tensor(rng.standard_normal((2, 256, 256)) + 16 * np.eye(256), device=sim0)
+    assert plan_lu(256, 256, 2, "float64").path == "cublas"
+    vram.linalg.solve(A, vram.tensor(rng.standard_normal((2, 256, 1)), device=sim0))
+    assert ran == ["blocked"]
+    vram.backends.cuda.preferred_linalg_library("cusolver")
+    ran.clear()
+    vram.linalg.inv(A)
+    assert ran == ["streams"]
+
+
 def test_preferred_linalg_library_overrides_the_table():
-    n = TABLE.cublas_max_n
+    n = 512
     vram.backends.cuda.preferred_linalg_library("cublas")
     assert plan_lu(4 * n, 4 * n, 8, "float32").path == "cublas"
     assert plan_lu(8, 8, 8, "float32").path == "cublas"  # a library, not vram's kernels

@@ -4,11 +4,13 @@
     X = vram.linalg.lu_solve(LU, pivots, B)
     X = vram.linalg.solve(A, B)                     # LinAlgError where A is singular
 
-Each call picks cuBLAS's batched routines (small matrices in large batches), cuSOLVER's per
-matrix with ONE workspace for the batch (large matrices), or cuSOLVER's spread over side
-streams (in between), by a crossover table measured on an H100 (``_dispatch``);
-``vram.backends.cuda.preferred_linalg_library`` overrides it. On the simulated GPU the same
-dispatch runs, with NumPy standing in for the libraries (LAPACK's semantics).
+Each call picks one of four ways by crossover tables measured on an H100 (``_dispatch``):
+vram's own blocked LU and solve (kernels/lu.cu with cuBLAS's GEMM, real dtypes: batches of
+small and middling matrices, and batched solves), cuBLAS's batched routines, cuSOLVER's
+per matrix with ONE workspace for the batch (one matrix), or cuSOLVER's spread over side
+streams (batches of large matrices); ``vram.backends.cuda.preferred_linalg_library``
+overrides them. On the simulated GPU the same dispatch runs, with NumPy standing in for
+the libraries and kernels (LAPACK's semantics).
 
 Pivots are PyTorch's: LAPACK's, 1-based, int32. For complex matrices they depend on the
 library, as PyTorch's do: cuSOLVER picks the entry of largest |re| + |im| (LAPACK's rule),

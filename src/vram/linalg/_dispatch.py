@@ -4,19 +4,21 @@ Four ways to run a batch (the same on a GPU and on the simulated GPU):
 - ``"blocked"``: vram's own blocked LU and solve (``_blocked``, kernels/lu.cu): a panel
   kernel, a swap + triangular-solve kernel and one cuBLAS strided-batched GEMM per step of
   32 (or 16) columns, for the whole batch at once; one launch for a matrix of at most 32
-  columns. Real dtypes, at most ``_blocked.MAX_ROWS`` rows.
+  columns. Real dtypes, at most ``_blocked.MAX_ROWS`` rows. Wins for batches of small and
+  middling matrices (to 128, and 301 to 1022), and every batched solve it can run.
 - ``"cublas"``: cuBLAS's batched routine (getrfBatched / getrsBatched), one launch for the
-  whole batch; square matrices only. Wins for small matrices in large batches.
+  whole batch; square matrices only. Wins for a batch of 256 x 256 matrices (and for the
+  complex types, which have no blocked LU, to 512).
 - ``"cusolver"``: cuSOLVER's routine (getrf / getrs) for each matrix in turn on the current
-  stream, with ONE workspace (queried once) for the whole batch. Wins for large matrices.
+  stream, with ONE workspace (queried once) for the whole batch. Wins for one matrix.
 - ``"streams"``: the same cuSOLVER calls spread round robin over side streams, each with
-  its own workspace, joined to the current stream by events. In between, where one matrix
-  leaves most of the GPU idle, the matrices run side by side.
+  its own workspace, joined to the current stream by events. Wins for batches of large
+  matrices (from 1023), where one matrix leaves most of the GPU idle.
 
 The choice reads ``vram.backends.cuda.preferred_linalg_library()`` at each call: "default"
-follows the crossover tables below; "cublas" takes cuBLAS wherever it applies (square
-matrices); "cusolver" takes neither cuBLAS nor vram's kernels (cuSOLVER on one stream or
-over side streams, by the table). Tests and the benchmark pin a plan with ``forced(...)``;
+follows the crossover tables below; "cublas" takes cuBLAS wherever it applies (batches of
+square matrices); "cusolver" takes neither cuBLAS nor vram's kernels (cuSOLVER on one
+stream, or over side streams for a batch). Tests and the benchmark pin a plan with ``forced(...)``;
 a pinned way that cannot run a call (cuBLAS: not square; blocked: complex or too tall)
 gives way to cuSOLVER.
 """
@@ -33,6 +35,7 @@ from . import _blocked
 
 __all__ = [
     "Crossover",
+    "EVERY_N",
     "LU_CROSSOVERS",
     "SOLVE_CROSSOVERS",
     "Plan",
@@ -45,53 +48,91 @@ __all__ = [
 PATHS = ("cublas", "cusolver", "streams", "blocked")
 
 
+EVERY_N = 1 << 62  # the last band's bound: every size
+
+
 @dataclass(frozen=True, slots=True)
 class Crossover:
-    """Where each way wins, for one dtype. In order: vram's blocked LU up to
-    ``blocked_max_n`` (where it can run); else, for batch >= 2, cuBLAS's batched routine up
-    to ``cublas_max_n``; else cuSOLVER, over side streams from ``streams_min_batch``."""
+    """Which way runs a call, for one dtype: for a batch of two or more, the first of
+    ``bands`` (largest n, way) whose n is at least max(m, n) of the matrices; for one
+    matrix, ``single``. A way that cannot run the call (cuBLAS: not square; blocked: a
+    complex dtype, or too many rows) gives way to cuSOLVER: over ``streams`` side streams
+    for batches of ``streams_min_batch`` or more, else on the current stream."""
 
-    cublas_max_n: int  # square n x n up to this: cuBLAS's batched routine
-    streams_min_batch: int  # larger n, batches this large: spread over side streams
-    streams: int  # side streams for the spread (fewer when the batch is smaller)
+    bands: tuple[tuple[int, str], ...]
+    single: str = "cusolver"
+    streams: int = 8  # side streams for the spread (fewer when the batch is smaller)
+    streams_min_batch: int = 2
     getrf_algo: int | None = None  # cuSOLVER getrf: None the legacy API, 0/1 Xgetrf's ALG_0/1
-    blocked_max_n: int = 0  # max(m, n) up to this: vram's blocked LU (0: never)
-    blocked_min_batch: int = 1  # ... for batches at least this large
+
+    def way(self, size: int, batch: int) -> str:
+        """The table's way for matrices of ``size`` = max(m, n) in a batch of ``batch``."""
+        if batch < 2:
+            return self.single
+        for most, way in self.bands:
+            if size <= most:
+                return way
+        return self.bands[-1][1]
 
 
-# Note [LU crossovers]: fp32 lu_factor on an H100 (bench/linalg.py, ms per call, lower wins;
-# ``python bench/linalg.py --suggest RESULT.json`` prints this table from a result).
+# Note [LU crossovers]: fp32 lu_factor on an H100, ms per call (lower wins), from
+# bench/results/linalg-cuda0-2026-11-22.json (``python bench/linalg.py --suggest`` prints
+# it from a result); random normal matrices, the call synchronizing (info is checked):
 #
-# First run (bench/results/linalg-cuda0-2026-11-22.json, before vram's blocked LU):
-#   n x batch     cublas  cusolver  streams 8  streams 16   torch default / cusolver
-#     32 x 4096    0.426    247.0     130.1     128.1        0.130 / 0.108
-#    128 x 1024    1.967    207.4      32.0      33.5        1.81 / 1.73
-#    256 x 256     2.699    108.1      17.2      17.2        3.23 / 2.49
-#    511 x 64     12.27      62.8      25.1      25.1        5.89 / 11.57
-#    512 x 64     10.91      61.5      24.3      24.3        5.59 / 61.18
-#   1024 x 16     69.40      33.3      11.5      11.5       17.84 / 32.95
-#   2048 x 16       -        79.6      25.6      25.3       65.92 / 78.83
-#   4096 x 1        -        13.0        -         -        12.67 / 12.67
-# cuBLAS's batched LU wins to n = 512, the spread over 8 side streams from 1024; one
-# matrix takes cuSOLVER. vram's blocked LU is measured by the next run (this table is then
-# rewritten from it); until then it is taken wherever it can run, real dtypes to 2048 rows.
-# float64 and the complex types take float32's crossovers (they are not measured).
+#   n x batch    blocked  cublas  cusolver  streams 8  streams 16   torch best (setting)
+#     32 x 4096    0.153   0.250      -          -          -        0.110 (cusolver)
+#    128 x 1024    1.697   2.013      -          -          -        1.583 (cusolver)
+#    256 x 256     3.435   2.736      -        17.03        -        2.467 (cusolver)
+#    511 x 64      6.081  12.119    62.75      24.98        -        6.820 (default)
+#    512 x 64      5.110  11.034    61.69      24.41      24.45      6.409 (default)
+#   1023 x 16     12.053     -      33.63      11.87      11.90     19.762 (default)
+#   1024 x 16     12.149     -      33.62      12.14      12.08     19.879 (default)
+#   2047 x 16     49.641     -      80.65      25.64      25.92     66.166 (default)
+#   2048 x 16     46.831     -      79.81      25.30      28.28     64.964 (default)
+#    512 x 1       1.857     -       1.188       -          -        1.017 (default)
+#   2048 x 1      10.645     -       5.282       -          -        5.048 (cusolver)
+#   4096 x 1         -       -      13.128       -          -       12.785 (default)
+#
+# So, for batches: vram's blocked LU to n = 128, cuBLAS's batched LU at 256 (blocked is
+# 1.26x slower there; the band ends at 300, between the two measured sizes, where the
+# two rates cross when interpolated), blocked again to 1022 (2.2x faster than cuBLAS at
+# 512), and from 1023 the spread over 8 side streams (1023 to 2048 x 16: 8 streams beat 16
+# and blocked, which is 2x slower at 2048). One matrix: cuSOLVER (it beats blocked at 512
+# and 2048 by 1.6-2x). The bands were measured at the batches above (16 to 4096); other
+# batches take the same bands. float64 takes float32's bands (not measured; its blocked LU
+# reaches 1024 rows); the complex types (no blocked LU) take the first run's library
+# crossovers: cuBLAS to 512 (10.9-12.3 ms at 511/512 x 64 vs 24-25 over side streams),
+# side streams above (11.5 vs 69 at 1024 x 16).
+_REAL_LU = Crossover(bands=((128, "blocked"), (300, "cublas"), (1022, "blocked"),
+                            (EVERY_N, "streams")))  # fmt: skip
+_COMPLEX = Crossover(bands=((512, "cublas"), (EVERY_N, "streams")))
 LU_CROSSOVERS: dict[str, Crossover] = {
-    "float32": Crossover(cublas_max_n=512, streams_min_batch=2, streams=8, blocked_max_n=2048),
-    "float64": Crossover(cublas_max_n=512, streams_min_batch=2, streams=8, blocked_max_n=2048),
-    "complex64": Crossover(cublas_max_n=512, streams_min_batch=2, streams=8),
-    "complex128": Crossover(cublas_max_n=512, streams_min_batch=2, streams=8),
+    "float32": _REAL_LU,
+    "float64": _REAL_LU,
+    "complex64": _COMPLEX,
+    "complex128": _COMPLEX,
 }
 
-# Note [Solve crossovers]: fp32 solve (lu_factor + lu_solve) on an H100, 1 and 64 right-hand
-# sides; the first run: getrsBatched wins to n = 512 (2.6 ms at 256 x 256, 10.4 at 512 x 64;
-# cuSOLVER over 8 streams 20.5 and 25.8), the streams at 1024 x 16 (12.0 vs 63.3). vram's
-# blocked solve (one kernel) is taken wherever it can run until the next run measures it.
+# Note [Solve crossovers]: fp32 linalg.solve (factorization and solve) on an H100, ms per
+# call, 1 / 64 right-hand sides, the same result file; well-conditioned systems (A + sqrt(n) I):
+#
+#   n x batch    blocked        cublas         streams 8      cusolver       torch best
+#     32 x 4096  0.268 / 0.547  0.503 / 0.803       -              -        0.182 / 0.506
+#    256 x 256   1.745 / 2.298  2.451 / 2.582       -              -        2.224 / 2.294
+#    512 x 64    3.144 / 3.370  10.23 / 10.47  25.87 / 27.10       -        6.876 / 7.194
+#   1024 x 16    6.665 / 6.822       -         12.83 / 13.29  37.65 / 42.57 20.68 / 23.33
+#   4096 x 1          -              -              -         13.67 / 15.14 13.18 / 14.61
+#
+# vram's blocked solve (its factorization, then its one-kernel solve) wins every batched
+# row it can run (to 1024); a solve that takes it factors with it too, whatever the LU
+# table says (that is what was measured). Above 1024 the spread over side streams (the
+# libraries' best batched way at 1024 x 16); one matrix: cuSOLVER. Complex: as for LU.
+_REAL_SOLVE = Crossover(bands=((1024, "blocked"), (EVERY_N, "streams")))
 SOLVE_CROSSOVERS: dict[str, Crossover] = {
-    "float32": Crossover(cublas_max_n=512, streams_min_batch=2, streams=8, blocked_max_n=1024),
-    "float64": Crossover(cublas_max_n=512, streams_min_batch=2, streams=8, blocked_max_n=1024),
-    "complex64": Crossover(cublas_max_n=512, streams_min_batch=2, streams=8),
-    "complex128": Crossover(cublas_max_n=512, streams_min_batch=2, streams=8),
+    "float32": _REAL_SOLVE,
+    "float64": _REAL_SOLVE,
+    "complex64": _COMPLEX,
+    "complex128": _COMPLEX,
 }
 
 
@@ -133,24 +174,24 @@ def _plan(
 ) -> Plan:
     """``blocked``: whether vram's blocked LU (or solve) can run this call."""
     crossover = table[dtype]
+    square = m == n
     pinned = _forced.plan
     if pinned is not None:
-        if (pinned.path == "cublas" and m != n) or (pinned.path == "blocked" and not blocked):
+        if (pinned.path == "cublas" and not square) or (pinned.path == "blocked" and not blocked):
             return Plan("cusolver", 1, pinned.algo)
         return pinned
     preferred = _backend.preferred_linalg_library()
-    if (
-        preferred == "default"
-        and blocked
-        and max(m, n) <= crossover.blocked_max_n
-        and batch >= crossover.blocked_min_batch
-    ):
-        return Plan("blocked")
-    square = m == n
-    if square and batch >= 2 and preferred != "cusolver":
-        if preferred == "cublas" or n <= crossover.cublas_max_n:
-            return Plan("cublas")
-    if batch >= crossover.streams_min_batch and crossover.streams > 1:
+    if preferred == "default":
+        way = crossover.way(max(m, n), batch)
+    elif preferred == "cublas" and batch >= 2:
+        way = "cublas"
+    else:  # cuSOLVER, on one stream or over side streams
+        way = "streams"
+    if (way == "cublas" and not square) or (way == "blocked" and not blocked):
+        way = "streams"
+    if way == "blocked" or way == "cublas":
+        return Plan(way)
+    if way == "streams" and batch >= crossover.streams_min_batch and crossover.streams > 1:
         return Plan("streams", min(crossover.streams, batch), crossover.getrf_algo)
     return Plan("cusolver", 1, crossover.getrf_algo)
 

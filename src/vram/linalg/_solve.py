@@ -4,6 +4,8 @@
   plan ``_dispatch.plan_solve`` picks: vram's blocked solve (one kernel, ``_blocked``, which
   reads B where it lies: no copy of it), cuBLAS getrsBatched over device pointer arrays,
   or cuSOLVER getrs per matrix on the current stream or over side streams.
+- solve and inv factor A the way the solve runs when that is vram's blocked solve (the
+  pair was measured: Note [Solve crossovers]), else by the LU table.
 - det and slogdet factor A^T when A is contiguous (row-major A's memory read column-major
   *is* A^T), which saves the transposing copy: det(A^T) = det(A). solve and inv factor A
   itself, so that their info (and errors) name A's zero pivot, as PyTorch's do.
@@ -204,7 +206,13 @@ def _packed_factors(lu: Tensor, pivots: Tensor, batch: tuple[int, ...]) -> tuple
 
 
 def _solve_packed(
-    lu: Tensor, pivots: Tensor, B: Tensor, left: bool, trans: int, conjugate: bool
+    lu: Tensor,
+    pivots: Tensor,
+    B: Tensor,
+    left: bool,
+    trans: int,
+    conjugate: bool,
+    plan: Plan | None = None,
 ) -> Tensor:
     """X for ``lu`` (packed, with the batch dims of the result) and any ``B``: with ``left``,
     op(A) X = B; else op(A) X^T = B^T (or X^H, B^H when ``conjugate``) and X is returned."""
@@ -213,7 +221,7 @@ def _solve_packed(
     if left:
         nrhs = B.shape[-1]
         x = column_major_empty(batch, n, nrhs, B)
-        solve_in_place(lu, pivots, x, trans, source=B.expand(*batch, n, nrhs))
+        solve_in_place(lu, pivots, x, trans, plan, source=B.expand(*batch, n, nrhs))
         return x
     nrhs = B.shape[-2]
     out = Tensor._empty((*batch, nrhs, n), B.dtype, B.device)  # X, row-major: X^T column-major
@@ -222,10 +230,10 @@ def _solve_packed(
         stream = current_stream(B.device)
         libs = libs_for(B.device.type)
         libs.conj(stream, B.dtype.name, out.data_ptr(), out.numel())
-        solve_in_place(lu, pivots, out.transpose(-2, -1), trans)
+        solve_in_place(lu, pivots, out.transpose(-2, -1), trans, plan)
     else:
         source = B.expand(*batch, nrhs, n).transpose(-2, -1)
-        solve_in_place(lu, pivots, out.transpose(-2, -1), trans, source=source)
+        solve_in_place(lu, pivots, out.transpose(-2, -1), trans, plan, source=source)
     if conjugate:
         libs.conj(stream, B.dtype.name, out.data_ptr(), out.numel())
     return out
@@ -259,9 +267,12 @@ def lu_solve(
 # ---- solve ---------------------------------------------------------------------------------
 
 
-def _factor_for_solve(A: Tensor, transpose: bool = False) -> tuple[Tensor, Tensor, Tensor, bool]:
+def _factor_for_solve(
+    A: Tensor, transpose: bool = False, plan: Plan | None = None
+) -> tuple[Tensor, Tensor, Tensor, bool]:
     """(lu, pivots, info, transposed): the LU factors of A; with ``transpose``, of A^T
-    (``transposed``) when A is contiguous, which saves the transposing copy."""
+    (``transposed``) when A is contiguous, which saves the transposing copy. ``plan``: the
+    factorization's way (default: the LU table's)."""
     *batch, n, _ = A.shape
     transposed = transpose and A.is_contiguous()
     if transposed:
@@ -272,8 +283,17 @@ def _factor_for_solve(A: Tensor, transpose: bool = False) -> tuple[Tensor, Tenso
         lu = column_major_empty(tuple(batch), n, n, A)
         source = A
     pivots, info = pivots_and_info(tuple(batch), n, A.device)
-    factor(lu, pivots, info, source=source if A.numel() else None)
+    factor(lu, pivots, info, plan=plan, source=source if A.numel() else None)
     return lu, pivots, info, transposed
+
+
+def _solve_plans(A: Tensor, nrhs: int, batch: tuple[int, ...]) -> tuple[Plan | None, Plan]:
+    """(the factorization's plan, the solve's) for solving with A: a solve that runs
+    blocked factors blocked too (Note [Solve crossovers]: that is what was measured);
+    otherwise the factorization follows the LU table (None)."""
+    n = A.shape[-1]
+    plan = plan_solve(n, nrhs, math.prod(batch), A.dtype.name)
+    return (plan if plan.path == "blocked" else None), plan
 
 
 def _is_vector_rhs(A: Tensor, B: Tensor) -> bool:
@@ -292,10 +312,11 @@ def _solve_ex(api: str, A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tenso
     n = A.shape[-1]
     _check_rhs(api, n, rhs, left)
     batch = _checks.broadcast_batch(api, ("A", A), ("B", rhs))
-    lu, pivots, info, _ = _factor_for_solve(A)
+    factor_plan, plan = _solve_plans(A, rhs.shape[-1] if left else rhs.shape[-2], batch)
+    lu, pivots, info, _ = _factor_for_solve(A, plan=factor_plan)
     lu, pivots = _packed_factors(lu, pivots, batch)
     trans = OP_N if left else OP_T  # right: A^T X^T = B^T
-    x = _solve_packed(lu, pivots, rhs, left, trans, False)
+    x = _solve_packed(lu, pivots, rhs, left, trans, False, plan)
     return (x[..., 0] if vector else x), info
 
 
@@ -325,13 +346,14 @@ def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
 def _inv_ex(api: str, A: Tensor) -> tuple[Tensor, Tensor]:
     _checks.check_matrix(api, A)
     *batch, n, _ = A.shape
-    lu, pivots, info, _ = _factor_for_solve(A)
+    factor_plan, plan = _solve_plans(A, n, tuple(batch))
+    lu, pivots, info, _ = _factor_for_solve(A, plan=factor_plan)
     x = column_major_empty(tuple(batch), n, n, A)
     x.zero_()
     if x.numel():  # the identity: ones on the diagonal of every matrix
         batch_strides = tuple(s * n * n for s in contiguous_strides(tuple(batch)))
         x._view((*batch, n), (*batch_strides, n + 1), 0).fill_(1)
-    solve_in_place(lu, pivots, x, OP_N)
+    solve_in_place(lu, pivots, x, OP_N, plan)
     return x, info
 
 
