@@ -1,23 +1,28 @@
 """GEMM benchmark: TFLOP/s of large products and host time of small ones, vram vs peers.
 
 Throughput (TFLOP/s, 2·M·N·K per call, ``out=`` preallocated for every peer):
-- squares 1024, 4096, 8192 in bf16, fp16 and fp32 (TF32 off, every library's default);
-- LLM projections [M, 2048] x [2048, N] in bf16 for M in 1, 16, 128, 1024, 4096 and
-  N in 2048, 8192;
+- squares 1024, 4096, 8192 in bf16, fp16 and fp32 (TF32 off for every library: fp32 is
+  compared like with like), and LLM projections [M, 2048] x [2048, N] in bf16 for M in 1,
+  16, 128, 1024, 4096 and N in 2048, 8192;
 - peers: vram (default: cuBLASLt with cached plans), vram with TunableOp, PyTorch
   (torch.mm, its default cuBLAS route), PyTorch with its TunableOp, CuPy (cupy.matmul;
   no bf16 in CuPy). TunableOp tunes each problem at its first call, outside the timing.
 Each peer's call runs, after warm-up, between two CUDA events on the library's current
-stream, as many times as fit in about 25 ms; the cell is the median of 5 such runs.
+stream, as many times as fit in about 25 ms; the peers take turns, run by run (so that
+clock and temperature drift is shared), and the cell is the median of 5 runs. The ratio
+columns divide by PyTorch's default.
 
 Host time per call (us) of a 64x64 product in fp32 and bf16, the GPU kept busy only by the
 calls themselves: vram.mm (a new result, and ``out=``), torch.mm (both ways), cupy.matmul
-(both ways), a raw ``cublasGemmEx`` through nvmath's bindings (handle and stream set once),
-and an empty kernel launch (vram's driver) as floors. 7 interleaved rounds of 2,000 calls
-each, timed with perf_counter_ns; the cell is the median round.
+(both ways), and as floors a raw ``cublasGemmEx`` and a raw ``cublasLtMatmul`` (vram's
+cached descriptors and algorithm) through nvmath's bindings, and an empty kernel launch
+(vram's driver). 7 interleaved rounds of 2,000 calls each, timed with perf_counter_ns, the
+GPU synchronized between rounds; the cell is the median round.
 
 Inputs are random normal values (never zeros). ``--device sim:0`` runs vram alone on small
-sizes, to check the script anywhere.
+sizes, to check the script anywhere. torch.cuda.tunable is used only through the functions
+the installed PyTorch has (``write_file_on_exit`` is gone from recent versions, which
+append each result to the file as it is found).
 
     python bench/gemm.py [--device cuda:0] [--out FILE.json|DIR] [--save]
 """
@@ -25,6 +30,7 @@ sizes, to check the script anywhere.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import statistics
 import sys
@@ -60,8 +66,8 @@ class _Skip(Exception):
 # ---- timing --------------------------------------------------------------------------------
 
 
-def _gpu_ms(call: Call, events: Callable[[], tuple], sync: Callable[[], None]) -> float:
-    """Median milliseconds per call over REPEATS event-timed runs (after warm-up)."""
+def _iterations(call: Call, events: Callable[[], tuple], sync: Callable[[], None]) -> int:
+    """Warm ``call`` up and return how many calls fill about TARGET_MS of GPU time."""
     for _ in range(3):
         call()
     sync()
@@ -71,16 +77,20 @@ def _gpu_ms(call: Call, events: Callable[[], tuple], sync: Callable[[], None]) -
     end.record()
     end.synchronize()
     one = max(start.elapsed_time(end), 1e-3)
-    iterations = max(1, min(1000, int(TARGET_MS / one)))
-    runs = []
-    for _ in range(REPEATS):
-        start.record()
-        for _ in range(iterations):
-            call()
-        end.record()
-        end.synchronize()
-        runs.append(start.elapsed_time(end) / iterations)
-    return statistics.median(runs)
+    return max(1, min(1000, int(TARGET_MS / one)))
+
+
+def _timed_ms(call: Call, iterations: int, events: Callable[[], tuple]) -> float:
+    """Milliseconds per call over one event-timed run of ``iterations`` calls (one untimed
+    call first: entering a peer's settings may make it choose its plan again)."""
+    call()
+    start, end = events()
+    start.record()
+    for _ in range(iterations):
+        call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / iterations
 
 
 def _host_us(calls: dict[str, Call], sync: Callable[[], None]) -> dict[str, float]:
@@ -109,8 +119,10 @@ def _host_us(calls: dict[str, Call], sync: Callable[[], None]) -> dict[str, floa
 # ---- the peers -----------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4)
 def _rand(shape: tuple[int, ...], seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    """Random normal fp32 values, made once for every peer of a cell (never written to)."""
+    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
 
 
 class _Vram:
@@ -147,9 +159,15 @@ class _Torch:
         except ImportError as exc:
             raise _Skip(f"torch is not installed: {exc}") from None
         self.torch, self.tuned = torch, tuned
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.cuda.tunable.write_file_on_exit(False)
-        torch.cuda.tunable.set_filename(f"{tmp}/torch_tunableop.csv")
+        _torch_ieee_fp32(torch)
+        if tuned:
+            tunable = torch.cuda.tunable
+            missing = [f for f in ("enable", "set_filename") if not hasattr(tunable, f)]
+            if missing:
+                raise _Skip(f"torch.cuda.tunable has no {', '.join(missing)}")
+            if hasattr(tunable, "write_file_on_exit"):  # gone in recent PyTorch
+                tunable.write_file_on_exit(False)
+            tunable.set_filename(f"{tmp}/torch_tunableop.csv")
 
     def prepare(self, dtype: str, m: int, k: int, n: int) -> Call:
         torch = self.torch
@@ -167,11 +185,36 @@ class _Torch:
         self.torch.cuda.synchronize()
 
     def __enter__(self) -> _Torch:
-        self.torch.cuda.tunable.enable(self.tuned)
+        if self.tuned:
+            self.torch.cuda.tunable.enable(True)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.torch.cuda.tunable.enable(False)
+        if self.tuned:
+            self.torch.cuda.tunable.enable(False)
+
+
+def _torch_ieee_fp32(torch) -> None:
+    """fp32 products in full fp32 (no TF32), whichever switch this PyTorch reads."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    if hasattr(torch, "set_float32_matmul_precision"):
+        torch.set_float32_matmul_precision("highest")
+
+
+def _torch_setup() -> dict[str, object]:
+    try:
+        import torch
+    except ImportError:
+        return {}
+    found: dict[str, object] = {
+        "torch": torch.__version__,
+        "torch BLAS library": str(torch.backends.cuda.preferred_blas_library())
+        if hasattr(torch.backends.cuda, "preferred_blas_library")
+        else None,
+        "torch allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "torch float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+    return found
 
 
 class _Cupy:
@@ -257,18 +300,38 @@ def throughput(device: vram.Device, tmp: str) -> tuple[list[dict], list[str]]:
     rows = []
     for kind, dtype, m, k, n in _cases(device):
         row: dict[str, object] = {"case": kind, "dtype": dtype, "M x K x N": f"{m}x{k}x{n}"}
+        ready = {}
         for name, peer in made.items():
             try:
                 call = peer.prepare(dtype, m, k, n)
+                with peer:
+                    call()  # TunableOp tunes the problem here
+                    ready[name] = (peer, call, _iterations(call, peer.events, peer.sync))
             except _Skip:
-                row[f"{name} TFLOP/s"] = None
                 continue
-            with peer:
-                call()  # TunableOp tunes the problem here
-                ms = _gpu_ms(call, peer.events, peer.sync)
-            row[f"{name} TFLOP/s"] = float(f"{2.0 * m * n * k / ms / 1e9:.4g}")
+            except Exception as exc:  # one peer's failure is reported, not the end of the run
+                skipped.append(f"{name} ({dtype} {m}x{k}x{n}): failed: {exc!r}")
+        runs: dict[str, list[float]] = {name: [] for name in ready}
+        for _ in range(REPEATS):  # the peers take turns, run by run
+            for name, (peer, call, iterations) in list(ready.items()):
+                try:
+                    with peer:
+                        runs[name].append(_timed_ms(call, iterations, peer.events))
+                except Exception as exc:
+                    skipped.append(f"{name} ({dtype} {m}x{k}x{n}): failed: {exc!r}")
+                    del ready[name]
+                    runs[name] = []
+        flops = 2.0 * m * n * k
+        for name in made:
+            ms = statistics.median(runs[name]) if runs.get(name) else None
+            row[f"{name} TFLOP/s"] = None if ms is None else float(f"{flops / ms / 1e9:.4g}")
+        torch_tflops = row.get("torch TFLOP/s")
+        for name in ("vram", "vram tuned"):
+            if torch_tflops and row.get(f"{name} TFLOP/s"):
+                row[f"{name} / torch"] = round(row[f"{name} TFLOP/s"] / torch_tflops, 3)
         rows.append(row)
         print(_line(row), flush=True)
+        del ready, runs
     return rows, skipped
 
 
@@ -311,6 +374,46 @@ def _raw_gemm_ex(device: vram.Device, dtype: str) -> Call:
     return call
 
 
+def _raw_lt_matmul(device: vram.Device, dtype: str) -> Call:
+    """cublasLtMatmul through nvmath's bindings with the descriptors, layouts and algorithm
+    of vram's cached plan for the problem: the floor of any cuBLASLt call from Python."""
+    try:
+        from nvmath.bindings import cublasLt
+    except ImportError as exc:
+        raise _Skip(f"nvmath is not installed: {exc}") from None
+    from vram.blas import _cuda
+
+    dt = getattr(vram, dtype)
+    n = HOST_N
+    a = vram.tensor(_rand((n, n), 3), device=device).to(dt)
+    b = vram.tensor(_rand((n, n), 4), device=device).to(dt)
+    c = vram.empty((n, n), dtype=dt, device=device)
+    vram.mm(a, b, out=c)  # makes the plan and sets its alpha to 1
+    stream = vram.current_stream(device)
+    pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+    plan = _cuda.plan(stream, c, a, b, c, 0.0, 0, -1, pa | pb | pc)
+    if not hasattr(plan, "desc"):
+        raise _Skip("vram's plan for this problem is not a cuBLASLt one")
+    size = plan.ws_bytes
+    workspace = (
+        vram.memory.get_workspace(plan.ws_request, library=plan.ws_library, stream=stream)
+        if size
+        else 0
+    )
+    p, q = (pb, pa) if plan.swap else (pa, pb)
+    args = (
+        plan.lt, plan.desc, plan.alpha_ptr, p, plan.la, q, plan.lb, plan.beta_ptr, pc,
+        plan.lc, pc, plan.lc, plan.algo_ptr, workspace, size, stream.cuda_stream,
+    )  # fmt: skip
+    matmul = cublasLt.matmul
+
+    def call() -> None:
+        matmul(*args)
+
+    call.keep = (a, b, c, plan)  # type: ignore[attr-defined]
+    return call
+
+
 def _empty_launch(device: vram.Device) -> Call:
     driver = device.driver
     kernel = driver.compile(device.index, 'extern "C" __global__ void empty() {}', "empty")
@@ -336,6 +439,10 @@ def host_time(device: vram.Device) -> tuple[list[dict], list[str]]:
                 "raw cublasGemmEx",
                 lambda dtype=dtype: {"raw cublasGemmEx": _raw_gemm_ex(device, dtype)},
             ),
+            (
+                "raw cublasLtMatmul",
+                lambda dtype=dtype: {"raw cublasLtMatmul": _raw_lt_matmul(device, dtype)},
+            ),
             ("empty kernel launch", lambda: {"empty kernel launch": _empty_launch(device)}),
         ]
         for name, make in peers:
@@ -346,6 +453,8 @@ def host_time(device: vram.Device) -> tuple[list[dict], list[str]]:
                 calls.update(make())
             except _Skip as exc:
                 skipped.append(f"{name} ({dtype}): {exc}")
+            except Exception as exc:  # reported, and the other entries still measured
+                skipped.append(f"{name} ({dtype}): failed: {exc!r}")
 
         def sync() -> None:
             vram.synchronize(device)
@@ -353,8 +462,13 @@ def host_time(device: vram.Device) -> tuple[list[dict], list[str]]:
         found = _host_us(calls, sync)
         row: dict[str, object] = {"dtype": dtype, "M x K x N": f"{n}x{n}x{n}"}
         row.update({f"{name} us": round(us, 3) for name, us in found.items()})
-        if "torch.mm us" in row:
-            row["vram.mm / torch.mm"] = round(found["vram.mm"] / found["torch.mm"], 3)
+        for mine, theirs in (
+            ("vram.mm", "torch.mm"),
+            ("vram.mm out=", "torch.mm out="),
+            ("vram.mm out=", "torch.mm"),
+        ):
+            if theirs in found:
+                row[f"{mine} / {theirs}"] = round(found[mine] / found[theirs], 3)
         rows.append(row)
         print(_line(row), flush=True)
     return rows, skipped
@@ -365,6 +479,7 @@ def _torch_host(device: vram.Device, dtype: str) -> dict[str, Call]:
         import torch
     except ImportError as exc:
         raise _Skip(f"torch is not installed: {exc}") from None
+    _torch_ieee_fp32(torch)
     dt = getattr(torch, dtype)
     a = torch.from_numpy(_rand((HOST_N, HOST_N), 5)).to("cuda", dt)
     b = torch.from_numpy(_rand((HOST_N, HOST_N), 6)).to("cuda", dt)
@@ -385,10 +500,31 @@ def _cupy_host(device: vram.Device, dtype: str) -> dict[str, Call]:
     return {
         "cupy.matmul": lambda: cp.matmul(a, b),
         "cupy.matmul out=": lambda: cp.matmul(a, b, out=c),
-    }  # noqa: E501
+    }
 
 
 # ---- main ------------------------------------------------------------------------------------
+
+
+def _setup(device: vram.Device) -> dict[str, object]:
+    """Versions and the settings that decide the kernels, recorded beside the numbers."""
+    found: dict[str, object] = {
+        "vram allow_tf32": vram.backends.cuda.matmul.allow_tf32,
+        "vram BLAS library": vram.backends.cuda.preferred_blas_library(),
+    }
+    if device.type == "cuda":
+        from vram.driver import _cublas
+
+        if _cublas.available():
+            found.update(_cublas.versions())
+        found.update(_torch_setup())
+        try:
+            import cupy
+
+            found["cupy"] = cupy.__version__
+        except ImportError:
+            pass
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -403,8 +539,17 @@ def main(argv: list[str] | None = None) -> int:
         vram.cuda.tunable.write_file_on_exit(False)
         vram.cuda.tunable.set_filename(f"{tmp}/vram_tunableop.csv")
         print(f"gemm benchmark on {device} ({device_name(device)})")
+        setup = _setup(device)
+        print(_line(setup), flush=True)
+        begin = time.perf_counter()
         rows, skipped = throughput(device, tmp)
+        print(f"throughput: {time.perf_counter() - begin:.0f} s", flush=True)
+        begin = time.perf_counter()
         host_rows, host_skipped = host_time(device)
+        print(f"host time: {time.perf_counter() - begin:.0f} s", flush=True)
+    for table in (rows, host_rows):
+        if table:
+            table[0]["_setup"] = setup  # left out of the README's tables
     paths = write_results("gemm", device, rows, options.out, options.save)
     paths += write_results("gemm_host", device, host_rows, options.out, options.save)
     for skip in dict.fromkeys(skipped + host_skipped):

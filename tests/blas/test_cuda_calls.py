@@ -513,6 +513,10 @@ def test_mm_makes_a_plan_once_per_problem(mm_on_ref):
     assert [kind for kind, _ in ref.calls] == ["lt"] * 7
     expect(vram.mm(a.t().contiguous().t(), b), host(a) @ host(b))  # other strides: new plan
     assert len(ref.descs) == 2 and ref.descs[max(ref.descs)]["TRANSB"] == _cublas.OP_T
+    expanded = rand((1, 7), 33).expand(5, 7)  # cuBLAS cannot read it: copied at each call
+    for _ in range(2):
+        expect(vram.mm(a, expanded), host(a) @ host(expanded))
+    assert len(ref.descs) == 2  # its copy is the first problem again
 
 
 def test_mm_plans_follow_settings_and_alignment(mm_on_ref):

@@ -403,6 +403,27 @@ class _LtPlan:
             po, lc, self.algo_ptr, workspace, size, stream.cuda_stream,
         )  # fmt: skip
 
+    def product(
+        self, stream: Stream, out: Tensor, a: Tensor, b: Tensor, pa: int, pb: int, po: int
+    ) -> None:
+        """``out = a @ b`` (mm's form of ``run``: alpha 1, no bias, no epilogue)."""
+        if self.alpha != 1.0:
+            self.scalars[0] = self.alpha = 1.0
+        _cublas.use_device(self.index)
+        size = self.ws_bytes
+        workspace = (
+            _memory.get_workspace(self.ws_request, library=self.ws_library, stream=stream)
+            if size
+            else 0
+        )
+        lc = self.lc
+        if self.swap:
+            pa, pb = pb, pa
+        _cublas.lt_matmul(
+            self.lt, self.desc, self.alpha_ptr, pa, self.la, pb, self.lb, self.beta_ptr, po, lc,
+            po, lc, self.algo_ptr, workspace, size, stream.cuda_stream,
+        )  # fmt: skip
+
     def __del__(self) -> None:
         try:
             _destroy(self.desc, self.layouts)
@@ -485,6 +506,12 @@ class _BlasPlan:
         if self.activation:
             activate(out, self.activation, stream)
 
+    def product(
+        self, stream: Stream, out: Tensor, a: Tensor, b: Tensor, pa: int, pb: int, po: int
+    ) -> None:
+        """``out = a @ b`` (mm's form of ``run``)."""
+        self.run(stream, out, a, b, out, 0.0, 1.0, pa, pb, po)
+
 
 class _StagedPlan:
     """Operands cuBLAS cannot read as they are: copied once (as PyTorch does), or a result
@@ -520,6 +547,12 @@ class _StagedPlan:
             bias = target
         gemm(stream, target, a, b, bias, beta, alpha, self.activation, self.algo)
         copy(out, target)
+
+    def product(
+        self, stream: Stream, out: Tensor, a: Tensor, b: Tensor, pa: int, pb: int, po: int
+    ) -> None:
+        """``out = a @ b`` (mm's form of ``run``)."""
+        self.run(stream, out, a, b, out, 0.0, 1.0, pa, pb, po)
 
 
 # ---- K == 0 and unfused activations --------------------------------------------------------

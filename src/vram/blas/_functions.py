@@ -138,7 +138,7 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # 
             if po & _ALIGN_MASK:  # less aligned than the plan may assume
                 gemm(out, input, mat2, None, 0.0, 1.0, 0)
                 return out
-        plan.run(current_stream(device), out, input, mat2, out, 0.0, 1.0, pa, pb, po)
+        plan.product(current_stream(device), out, input, mat2, pa, pb, po)
         return out
     return _checked_mm(input, mat2, out, key)
 
@@ -174,7 +174,7 @@ def _checked_mm(input: Any, mat2: Any, out: Any, key: tuple | None) -> Tensor:  
                 del plans[next(iter(plans))]
             plans[key] = (shape, plan)
             stream = current_stream(target.device)
-            plan.run(stream, target, input, mat2, target, 0.0, 1.0, pa, pb, po)
+            plan.product(stream, target, input, mat2, pa, pb, po)
     return _finish(target, final)
 
 

@@ -149,13 +149,19 @@ class _RegistryPlan:
     ) -> None:
         gemm_op(out, a, b, bias, beta, alpha, 0, self.algo)
 
+    def product(
+        self, stream: Any, out: Tensor, a: Tensor, b: Tensor, pa: int, pb: int, po: int
+    ) -> None:
+        """``out = a @ b`` (mm's form of ``run``)."""
+        gemm_op(out, a, b, out, 0.0, 1.0, 0, self.algo)
+
 
 def product_plan(out: Tensor, a: Tensor, b: Tensor, pointers: int) -> Any:
     """The plan of ``out = a @ b`` (checked; M, N and K > 0; ``pointers`` the bitwise or of
-    the three data pointers), as ``gemm`` would run it. Its ``run(stream, out, a, b, out,
-    0.0, 1.0, pa, pb, po)`` queues the product on ``stream`` (the current one of the
-    device) for any tensors of the same shapes, strides, dtype, device and alignment, until
-    a ``vram.backends.cuda`` setting or TunableOp's state changes."""
+    the three data pointers), as ``gemm`` would run it. Its ``product(stream, out, a, b, pa,
+    pb, po)`` queues the product on ``stream`` (the current one of the device) for any
+    tensors of the same shapes, strides, dtype, device and alignment, until a
+    ``vram.backends.cuda`` setting or TunableOp's state changes."""
     device = out.device
     if device.type == "cuda":
         stream = current_stream(device)

@@ -354,16 +354,27 @@ def tolerance(dtype: str, tf32: bool) -> float:
     return _TF32_TOLERANCE if tf32 and dtype == "float32" else _TOLERANCE[dtype]
 
 
+class _Reference:
+    """Default's result, prepared once for comparing every candidate with it."""
+
+    def __init__(self, reference: np.ndarray) -> None:
+        self.values = reference.astype(np.float64)
+        self.finite = np.isfinite(self.values)
+        self.scale = float(np.max(np.abs(self.values[self.finite]), initial=0.0))
+
+    def agrees(self, other: np.ndarray, rtol: float) -> bool:
+        """True when ``other`` is within ``rtol`` of the reference, relative to its largest
+        value (a non-finite value must be where the reference has one)."""
+        diff = np.abs(other.astype(np.float64) - self.values)
+        if not np.all(np.isfinite(diff) | ~self.finite):
+            return False
+        worst = float(np.max(np.where(self.finite, diff, 0.0), initial=0.0))
+        return worst <= rtol * max(self.scale, 1e-30)
+
+
 def agrees(reference: np.ndarray, other: np.ndarray, rtol: float) -> bool:
     """True when ``other`` is within ``rtol`` of ``reference``, relative to its largest value."""
-    ref = reference.astype(np.float64)
-    diff = np.abs(other.astype(np.float64) - ref)
-    if not np.all(np.isfinite(diff) | ~np.isfinite(ref)):
-        return False
-    finite = np.isfinite(ref)
-    scale = float(np.max(np.abs(ref[finite]), initial=0.0))
-    worst = float(np.max(np.where(finite, diff, 0.0), initial=0.0))
-    return worst <= rtol * max(scale, 1e-30)
+    return _Reference(reference).agrees(other, rtol)
 
 
 def tune(
@@ -376,7 +387,9 @@ def tune(
     """Choose among ``candidates`` (0, Default, first): ``run(algo)`` computes the result
     into a scratch output and returns it on the host (None when the candidate cannot run
     this problem); ``time_ms(algo)`` measures one call. Records and returns the winner."""
-    reference = run(0)
+    result = run(0)
+    reference = None if result is None else _Reference(result)
+    del result
     timed: list[tuple[float, int]] = []
     if reference is not None:
         timed.append((time_ms(0), 0))
@@ -387,7 +400,7 @@ def tune(
             got = run(algo)
         except Exception:  # a candidate that fails is not a candidate (PyTorch: FAIL)
             continue
-        if got is None or (reference is not None and not agrees(reference, got, rtol)):
+        if got is None or (reference is not None and not reference.agrees(got, rtol)):
             continue
         timed.append((time_ms(algo), algo))
     ms, best = min(timed) if timed else (0.0, 0)
