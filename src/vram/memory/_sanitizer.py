@@ -133,13 +133,14 @@ class StreamRace:
 
 def _frames() -> tuple:
     """The caller's Python stack outside the vram package (the program's own frames),
-    innermost first, as (code, line) pairs (turned into dicts only for a report)."""
+    innermost first, as (code, instruction offset) pairs, as history keeps them (turned
+    into dicts, with their lines, only for a report)."""
     frame = sys._getframe(1)
     out = []
     while frame is not None:
         code = frame.f_code
         if not code.co_filename.startswith(_PACKAGE):
-            out.append((code, frame.f_lineno))
+            out.append((code, frame.f_lasti))
         frame = frame.f_back
     return tuple(out)
 
