@@ -141,8 +141,9 @@ class History:
             append((action, addr, size, stream, _now_ns() // 1000, kept))
         return state
 
-    def trace(self) -> list[dict]:
-        """The ring as PyTorch's device trace entries, oldest first."""
+    def trace(self, default_stream: int = 0) -> list[dict]:
+        """The ring as PyTorch's device trace entries, oldest first; the device's default
+        stream (``default_stream``, its driver handle) is written as PyTorch's 0."""
         cache: dict = {}  # equal stacks share one list (and pickle once)
         return [
             {
@@ -150,7 +151,7 @@ class History:
                 "addr": addr,
                 "frames": frames_to_dicts(frames, cache),
                 "size": size,
-                "stream": stream,
+                "stream": 0 if stream == default_stream else stream,
                 "time_us": time_us,
                 "compile_context": "N/A",
                 "user_metadata": "",
