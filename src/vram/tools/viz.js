@@ -31,30 +31,50 @@
   const N = D.n;
   const ACTIONS = D.actionNames;
 
+  // A column is a JSON list, or for large traces {b64, type}: little-endian binary in base64
+  // (Note [Large pages] in viz.py), decoded into a typed array of that type.
+  const TYPED = { u8: Uint8Array, u16: Uint16Array, i32: Int32Array, f64: Float64Array };
+  function column(x, T) {
+    if (Array.isArray(x)) return T.from(x);
+    const text = atob(x.b64);
+    const bytes = new Uint8Array(text.length);
+    for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+    const Packed = TYPED[x.type];
+    const packed = new Packed(bytes.buffer, 0, bytes.length / Packed.BYTES_PER_ELEMENT);
+    return packed instanceof T ? packed : T.from(packed);
+  }
+  // The events' actions and times only fill the details: decoded on their first use.
+  function lazyColumn(x, T) {
+    let found = null;
+    return (i) => (found || (found = column(x, T)))[i];
+  }
+  const actionAt = lazyColumn(D.action, Uint8Array);
+  const timeAt = lazyColumn(D.time, Float64Array);
+
   // ---- data as typed columns ----------------------------------------------------------
 
   const A = {
-    addr: Float64Array.from(D.alloc.addr),
-    size: Float64Array.from(D.alloc.size),
-    block: Float64Array.from(D.alloc.block),
-    stream: Int32Array.from(D.alloc.stream),
-    start: Int32Array.from(D.alloc.start),
-    freeReq: Int32Array.from(D.alloc.freeReq),
-    end: Int32Array.from(D.alloc.end),
-    stack: Int32Array.from(D.alloc.stack),
-    pool: Int32Array.from(D.alloc.pool),
+    addr: column(D.alloc.addr, Float64Array),
+    size: column(D.alloc.size, Float64Array),
+    block: column(D.alloc.block, Float64Array),
+    stream: column(D.alloc.stream, Int32Array),
+    start: column(D.alloc.start, Int32Array),
+    freeReq: column(D.alloc.freeReq, Int32Array),
+    end: column(D.alloc.end, Int32Array),
+    stack: column(D.alloc.stack, Int32Array),
+    pool: column(D.alloc.pool, Int32Array),
   };
   const nA = A.addr.length;
   const S = {
-    addr: Float64Array.from(D.seg.addr),
-    size: Float64Array.from(D.seg.size),
-    stream: Int32Array.from(D.seg.stream),
-    pool: Int32Array.from(D.seg.pool),
-    large: Uint8Array.from(D.seg.large),
-    expandable: Uint8Array.from(D.seg.expandable),
-    start: Int32Array.from(D.seg.start),
-    end: Int32Array.from(D.seg.end),
-    stack: Int32Array.from(D.seg.stack),
+    addr: column(D.seg.addr, Float64Array),
+    size: column(D.seg.size, Float64Array),
+    stream: column(D.seg.stream, Int32Array),
+    pool: column(D.seg.pool, Int32Array),
+    large: column(D.seg.large, Uint8Array),
+    expandable: column(D.seg.expandable, Uint8Array),
+    start: column(D.seg.start, Int32Array),
+    end: column(D.seg.end, Int32Array),
+    stack: column(D.seg.stack, Int32Array),
   };
   const nS = S.addr.length;
 
@@ -78,7 +98,7 @@
   };
   function fmtTime(m) {
     if (m < 0 || m >= N) return "";
-    const us = D.time[m];
+    const us = timeAt(m);
     return us < 1000 ? "+" + us + " µs" : "+" + (us / 1000).toFixed(3) + " ms";
   }
   function escapeHtml(s) {
@@ -842,7 +862,7 @@
   function drawMomentLabel() {
     let text = "after event " + moment;
     if (moment >= 0 && moment < N) {
-      text += ": " + ACTIONS[D.action[moment]] + " " + fmtTime(moment);
+      text += ": " + ACTIONS[actionAt(moment)] + " " + fmtTime(moment);
     } else {
       text = "before the first event";
     }
@@ -1015,6 +1035,7 @@
     drawHeader();
     drawLegend();
     render();
+    root.dataset.vizFirstPaintMs = String(Math.round(performance.now()));  // since navigation
     if (location.hash === "#selftest") {
       const t1 = performance.now();
       selfTest();
