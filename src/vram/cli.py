@@ -3,6 +3,7 @@
     vram info                          versions, devices, allocator configuration
     vram demo [--device sim:0]         a producer/consumer pipeline on two streams, step by step
     vram viz SNAPSHOT -o out.html [--png out.png]    the memory viewer for a snapshot
+    vram viz A --diff B -o out.html    what grew and shrank from A to B
     vram replay|trace|stats|explain ARGS...   the tools in vram.tools, given ARGS as they are
     vram bench NAME ARGS...            bench/NAME.py of a source checkout, given ARGS
 
@@ -133,6 +134,9 @@ def _parser() -> argparse.ArgumentParser:
     viz.add_argument("-o", "--out", required=True, help="the HTML file to write")
     viz.add_argument("--png", help="also draw the timeline to this PNG file")
     viz.add_argument("--device", type=int, default=0, help="device index in the snapshot")
+    viz.add_argument(
+        "--diff", metavar="OTHER", help="draw what changed from SNAPSHOT to OTHER instead"
+    )
     viz.set_defaults(run=_viz)
 
     for name, (_, _, text) in _TOOLS.items():
@@ -195,6 +199,13 @@ def _viz(options: argparse.Namespace) -> int:
     viz = importlib.import_module("vram.tools.viz")
     output = importlib.import_module("vram.tools._output")
     out = output.check_output_path(options.out, "-o/--out")  # before the long work
+    if options.diff is not None:
+        if options.png is not None:
+            raise ValueError("--png: a diff is drawn as a page only (leave out --png)")
+        diff = importlib.import_module("vram.tools.diff")
+        result = diff.snapshot_diff(options.snapshot, options.diff, options.device)
+        print(f"wrote {diff.write_diff_html(result, out)}")
+        return 0
     png = None if options.png is None else output.check_output_path(options.png, "--png")
     snapshot = viz.load_snapshot(options.snapshot)
     viz.check_device(snapshot, options.device)

@@ -199,8 +199,31 @@ def _one_device(snapshot: dict, device: str) -> dict:
     }
 
 
+def _diff(options: argparse.Namespace) -> int:
+    """``vram stats A --diff B``: the tables of ``vram.tools.diff``."""
+    from .diff import diff_tables, snapshot_diff
+
+    try:
+        if options.snapshot is None:
+            raise ValueError("--diff: give the snapshot to compare with first: A --diff B")
+        device = 0
+        if options.device is not None:
+            text = options.device.rpartition(":")[2]
+            if not text.isdecimal():
+                raise ValueError(f"--device: expected a device index, got {options.device!r}")
+            device = int(text)
+        result = snapshot_diff(options.snapshot, options.diff, device)
+    except (OSError, ValueError) as exc:
+        print(f"vram stats: error: {describe_error(exc)}", file=sys.stderr)
+        return 2
+    out = console()
+    for table in diff_tables(result):
+        out.print(fitted(table, out.width))
+    return 0
+
+
 def main_stats(argv: list[str] | None = None) -> int:
-    """``vram stats [SNAPSHOT] [--device DEV] [--abbreviated]``."""
+    """``vram stats [SNAPSHOT] [--device DEV] [--abbreviated] [--diff OTHER]``."""
     parser = argparse.ArgumentParser(
         prog="vram stats",
         description="memory_summary of a device of this process, or what a snapshot holds.",
@@ -216,7 +239,14 @@ def main_stats(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the short summary (of a snapshot: segments, reserved, allocated, active, events)",
     )
+    parser.add_argument(
+        "--diff",
+        metavar="OTHER",
+        help="compare SNAPSHOT with OTHER: what grew and shrank, per stack frame and segment",
+    )
     options = parser.parse_args(argv)
+    if options.diff is not None:
+        return _diff(options)
     if options.snapshot is not None:
         try:
             snapshot = load_snapshot(options.snapshot)
