@@ -433,28 +433,13 @@ def _largest_free(allocator: DeviceCachingAllocator) -> int:
 
 
 def _allocated_reader(allocator: DeviceCachingAllocator) -> Callable[[], int]:
-    """A function returning the allocator's allocated bytes now, as cheaply as it can."""
+    """A function returning the allocator's allocated bytes now, as cheaply as it can: the
+    stats' own O(1) reader where they have one."""
     stats = allocator.stats
-    usage = getattr(stats, "usage", None)
-    try:
-        small, large = usage  # type: ignore[misc]
-        small.base, small.alloc_bytes, small.free_bytes  # noqa: B018 - the fields it reads
-    except (TypeError, ValueError, AttributeError):
-        return lambda: stats.current("allocated_bytes")
-
-    def allocated() -> int:
-        return (
-            small.base[1]
-            + small.alloc_bytes
-            - small.free_bytes
-            + large.base[1]
-            + large.alloc_bytes
-            - large.free_bytes
-        )
-
-    if allocated() != stats.current("allocated_bytes"):  # not the layout it reads
-        return lambda: stats.current("allocated_bytes")
-    return allocated
+    reader = getattr(stats, "allocated_bytes", None)
+    if callable(reader):
+        return reader
+    return lambda: stats.current("allocated_bytes")
 
 
 class Pruned(Exception):
