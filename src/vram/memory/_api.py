@@ -10,7 +10,6 @@ from .._streams import Stream, current_stream
 from ._caching import DeviceCachingAllocator, _allocators, allocator_for
 from ._config import apply_settings, default_config, set_default_config
 from ._sanitizer import sync_sanitizer
-from ._sanitizer import sync_sanitizer
 from ._workspace import release_idle_workspaces, workspace_stats
 
 __all__ = [
@@ -229,7 +228,6 @@ def set_allocator_settings(settings: str) -> None:
     set_default_config(config)
     for allocator in _allocators.values():
         allocator.set_config(config)
-        sync_sanitizer(allocator)  # stream_sanitizer on or off
         sync_sanitizer(allocator)  # stream_sanitizer on or off
 
 
