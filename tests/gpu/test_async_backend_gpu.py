@@ -43,6 +43,7 @@ if sys.argv[1] == "torch":
     stats = lambda: cuda.memory_stats(0)
     backend = cuda.get_allocator_backend()
     sync, empty_cache, reset_peak = cuda.synchronize, cuda.empty_cache, cuda.reset_peak_memory_stats
+    cuda.init()  # (PyTorch's memory_stats is {} until CUDA is initialized; vram's never is)
 else:
     import vram as lib
     stats = lambda: lib.memory.memory_stats("cuda:0")

@@ -112,3 +112,25 @@ def test_random_inserts_and_removes_agree_with_a_sorted_reference():
     assert [b.ptr for b in pool.free_blocks()] == [
         p for _, p in sorted((b.size, b.ptr) for b in live.values())
     ]
+
+
+def test_taking_and_giving_back_the_same_block_leaves_one_heap_entry():
+    """The cached path's take-and-return finds its stale entry on top and pushes nothing;
+    alternating two blocks through a stale top never lets stale entries pile up."""
+    pool, bump = Pool(is_small=True), Bump()
+    a, c = bump.segment(pool, 2 * MiB), bump.segment(pool, 2 * MiB)
+    found = pool.index[7]
+    for _ in range(1000):
+        block = pool.best_fit(7, MiB)
+        assert block is a
+        pool.remove(block)
+        pool.insert(block)
+    assert found.entries == 2 and found.heaps[2 * MiB] == [a.ptr, c.ptr]
+    pool.remove(c)
+    for _ in range(1000):  # a's and c's entries trade places on top; pushes are bounded
+        pool.remove(a)
+        pool.insert(c)
+        pool.remove(c)
+        pool.insert(a)
+        assert found.entries <= 2 * len(found.blocks) + 64 + 2
+    assert pool.best_fit(7, MiB) is a and list(found.blocks) == [a.ptr]

@@ -28,13 +28,15 @@ Best fit is PyTorch's order (stream, size, address): the smallest free block of 
 request's stream that fits, the lowest address among blocks of that size. Per stream the
 index keeps the FREE blocks by address (``blocks``), the sorted list of the distinct sizes
 present (``sizes``), and per size a min-heap of those blocks' addresses (``heaps``). Best
-fit is a bisection over the k distinct sizes and a heap peek; insert is a heap push;
-remove deletes the block from ``blocks`` and pops its heap only when it is on top (a
-taken best fit always is). An address left in a heap by a block removed from below the top
-is stale: best fit pops it when it surfaces (it is not in ``blocks``, or the block there
-has another size), and the stream's heaps are rebuilt from ``blocks`` once stale entries
-outnumber live ones. So every operation is O(log n), none walks the blocks, and a size's
-heap and its place in ``sizes`` go when its last block does.
+fit is a bisection over the k distinct sizes and a heap peek. Remove only deletes the
+block from ``blocks``: its address stays in its heap, stale. Best fit pops a stale top
+when it meets one (its address is not in ``blocks``, or the block there has another size),
+and insert pushes only when the address is not already on top of its size's heap: the
+cached path takes a best fit and gives the same block back, so its entry is still on top
+and both steps are O(1) however many blocks are cached. Stale entries never outnumber
+live ones twice over (plus 64): remove rebuilds the stream's heaps from ``blocks`` then.
+So every operation is O(log n) amortized, none walks the blocks, and a size's heap and its
+place in ``sizes`` go when best fit finds only stale entries in it.
 """
 
 from __future__ import annotations
@@ -186,24 +188,19 @@ class Pool:
         if heap is None:
             found.heaps[size] = [ptr]
             insort(found.sizes, size)
-        else:
+            found.entries += 1
+        elif heap[0] != ptr:  # (on top: its stale entry from remove() is live again)
             heappush(heap, ptr)
-        found.entries += 1
+            found.entries += 1
         block.gc_age = self.get_free_blocks_call_count
 
     def remove(self, block: Block) -> None:
         """A FREE block leaves the index (to be handed out, merged or released)."""
         found = self.index[block.segment.stream]
-        ptr, size = block.ptr, block.size
-        del found.blocks[ptr]  # (KeyError: it was not in the index)
-        heap = found.heaps[size]
-        if heap[0] == ptr:  # on top, as a best fit is: no stale entry left behind
-            heappop(heap)
-            found.entries -= 1
-            if not heap:
-                del found.heaps[size]
-                del found.sizes[bisect_left(found.sizes, size)]
-        elif found.entries > 2 * len(found.blocks) + 64:
+        del found.blocks[block.ptr]  # (KeyError: it was not in the index)
+        # Its heap entry stays, stale: best_fit pops stale tops, and a block given back
+        # at the same address (the cached path's take-and-return) finds its entry on top.
+        if found.entries > 2 * len(found.blocks) + 64:
             found.rebuild()
 
     def best_fit(self, stream: int, size: int) -> Block | None:
