@@ -15,10 +15,12 @@ served from the cache). Then REPEATS rounds each time PAIRS pairs of every peer 
 size, in turn, with perf_counter_ns (interleaved, so that a busy moment of a shared machine
 does not fall on one peer only); the row is the median over the rounds. A peer that is not
 installed, or that needs a GPU on a ``sim`` run, is skipped with the reason.
-``--device sim:0`` times vram alone, to check the script anywhere.
+``--device sim:0`` times vram alone, to check the script anywhere. ``--vram-src DIR`` runs
+vram from another source tree (an older commit: the "before" rows), ``--label`` names its
+rows and ``--only-vram`` leaves the peers out (as bench/trace_ops.py and bench/scaling.py).
 
     python bench/alloc.py [--device cuda:0] [--pairs 20000] [--repeats 7] [--out FILE.json|DIR]
-                          [--save]
+                          [--save] [--vram-src DIR] [--label NAME] [--only-vram]
 """
 
 from __future__ import annotations
@@ -29,10 +31,23 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 
-import vram
-from _common import add_output_arguments, device_name, write_results
-from vram.tools._output import progress
+if "--vram-src" in sys.argv:  # before vram is imported: run another tree's vram
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--vram-src") + 1]).resolve()))
+
+import vram  # noqa: E402
+from _common import add_output_arguments, device_name, write_results  # noqa: E402
+
+try:
+    from vram.tools._output import progress
+except ImportError:  # an older tree (--vram-src) has no progress line: none is shown
+
+    def progress(label: str, total: int):  # type: ignore[no-redef]
+        return nullcontext(lambda done: None)
+
 
 SIZES = (512, 64 << 10, 4 << 20, 64 << 20)  # bytes
 WARMUP = 200  # pairs before each timed run
@@ -210,8 +225,11 @@ PEERS: tuple[tuple[str, Callable[[vram.Device], dict[int, Pair]]], ...] = (
 
 
 # ---------------------------------------------------------------------------- the run
-def run(device: vram.Device, pairs: int, repeats: int) -> tuple[list[dict], list[dict]]:
-    """Time every peer on ``device``: (rows, skipped).
+def run(
+    device: vram.Device, pairs: int, repeats: int, label: str = "vram", only_vram: bool = False
+) -> tuple[list[dict], list[dict]]:
+    """Time every peer on ``device`` (vram's rows named ``label``; only those with
+    ``only_vram``): (rows, skipped).
 
     The timed runs are interleaved: each of the ``repeats`` rounds times every peer at
     every size once, so that a shared machine's slow moments fall on all peers alike.
@@ -219,6 +237,11 @@ def run(device: vram.Device, pairs: int, repeats: int) -> tuple[list[dict], list
     timed: list[tuple[str, int, Pair]] = []
     skipped = []
     for name, setup in PEERS:
+        if not name.startswith("vram"):
+            if only_vram:
+                continue
+        elif label != "vram":
+            name = f"{name} ({label})"
         try:
             pairs_of = setup(device)
         except _Skip as why:
@@ -252,15 +275,19 @@ def run(device: vram.Device, pairs: int, repeats: int) -> tuple[list[dict], list
 READERS = 20_000  # calls per timed run of a stats reader
 
 
-def time_readers(device: vram.Device, repeats: int) -> list[dict]:
+def time_readers(
+    device: vram.Device, repeats: int, label: str = "vram", only_vram: bool = False
+) -> list[dict]:
     """µs per call of memory_allocated() and memory_stats(), after the pairs above (over a
     million allocator operations), vram's and PyTorch's."""
     readers = [
         ("vram memory_allocated()", lambda: vram.memory.memory_allocated(device)),
         ("vram memory_stats()", lambda: vram.memory.memory_stats(device)),
     ]
+    if label != "vram":
+        readers = [(f"{name} ({label})", call) for name, call in readers]
     try:
-        torch = _torch(device)
+        torch = None if only_vram else _torch(device)
     except _Skip:
         torch = None
     if torch is not None:
@@ -295,13 +322,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="cuda:N or sim:N (default: the default)")
     parser.add_argument("--pairs", type=int, default=20_000, help="pairs per timed run")
     parser.add_argument("--repeats", type=int, default=7, help="timed rounds")
+    parser.add_argument("--vram-src", default=None, help="run vram from this source folder")
+    parser.add_argument("--label", default="vram", help="the name of vram's rows")
+    parser.add_argument("--only-vram", action="store_true", help="time vram alone")
     add_output_arguments(parser)
     options = parser.parse_args(argv)
     device = vram.default_device() if options.device is None else vram.device(options.device)
     vram.set_device(device)
-    rows, skipped = run(device, options.pairs, options.repeats)
-    readers = time_readers(device, options.repeats)
-    results = write_results("alloc", device, rows + readers, options.out, options.save)
+    label, only = options.label, options.only_vram
+    rows, skipped = run(device, options.pairs, options.repeats, label, only)
+    readers = time_readers(device, options.repeats, label, only)
+    name = "alloc" if label == "vram" else f"alloc-{label}"
+    results = write_results(name, device, rows + readers, options.out, options.save)
     print(f"\nalloc benchmark on {device} ({device_name(device)})")
     print(table(rows))
     for row in readers:

@@ -8,7 +8,8 @@
 # Logs and JSON results go to $OUT (flat: the device tool brings back at most 8 files, so
 # the JSON files are also packed into $OUT/results.tar). nvmath-python (cuBLAS, cuSOLVER)
 # and nccl4py come from wheels in .whl/ where present. BEFORE=DIR also times the allocator
-# of another source tree (an older commit's src/) for before/after rows.
+# of another source tree (an older commit's src/) and this one, each alone in its process,
+# for before/after rows measured the same way.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/vram-out}
@@ -36,10 +37,17 @@ benches)
         tail -12 "$OUT/$bench.txt"
     done
     if [ -n "${BEFORE:-}" ]; then
-        PYTHONPATH=/tmp/site python3 bench/trace_ops.py --vram-src "$BEFORE" --label before \
-            --only-vram --sequences /tmp/sequences.json --out /tmp/vram-results 2>&1 | tail -8
-        PYTHONPATH=/tmp/site python3 bench/scaling.py --vram-src "$BEFORE" --label before \
-            --only-vram --rounds 1000 --out /tmp/vram-results 2>&1 | tail -8
+        # before and after the same way (vram alone in its process), one after the other
+        for side in after before; do
+            src=$PWD/src
+            [ "$side" = before ] && src=$BEFORE
+            PYTHONPATH=/tmp/site python3 bench/trace_ops.py --vram-src "$src" --label $side \
+                --only-vram --sequences /tmp/sequences.json --out /tmp/vram-results 2>&1 | tail -8
+            PYTHONPATH=/tmp/site python3 bench/scaling.py --vram-src "$src" --label $side \
+                --only-vram --rounds 1000 --out /tmp/vram-results 2>&1 | tail -8
+            PYTHONPATH=/tmp/site python3 bench/alloc.py --vram-src "$src" --label $side \
+                --only-vram --out /tmp/vram-results 2>&1 | tail -8
+        done
     fi
     tar -C /tmp -cf "$OUT/results.tar" vram-results
     ;;
