@@ -75,9 +75,11 @@ class Crossover:
         return self.bands[-1][1]
 
 
-# Note [LU crossovers]: fp32 lu_factor on an H100, ms per call (lower wins), from
-# bench/results/linalg-cuda0-2026-11-22.json (``python bench/linalg.py --suggest`` prints
-# it from a result); random normal matrices, the call synchronizing (info is checked):
+# Note [LU crossovers]: fp32 lu_factor on an H100, ms per call (lower wins), from the run
+# that set these bands (bench/results/linalg-cuda0-*.json as of commit 30837ef; the later
+# run there, with these bands in use, finds the same fastest ways, 8 and 16 side streams
+# within 1% of each other). ``python bench/linalg.py --suggest`` prints such a table from a
+# result. Random normal matrices, the call synchronizing (info is checked):
 #
 #   n x batch    blocked  cublas  cusolver  streams 8  streams 16   torch best (setting)
 #     32 x 4096    0.153   0.250      -          -          -        0.110 (cusolver)
