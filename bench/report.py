@@ -5,8 +5,9 @@
 The README holds three generated spots, each between a start and an end marker:
 - ``<!-- bench:start -->`` / ``<!-- bench:end -->``: one table per benchmark and GPU, from
   its latest result (results of ``--device sim:N`` check runs time nothing real: left out);
-- ``<!-- replay:start -->`` / ``<!-- replay:end -->``: the latest replay results
-  (replay*.json), whichever device replayed them;
+- ``<!-- replay:start -->`` / ``<!-- replay:end -->``: the latest results of the runs that
+  replay traces or measure the memory doctor (replay*, ``REPLAYED``), whichever device ran
+  them (the simulated GPU replays exactly what a GPU would);
 - ``<!-- viewer:start -->`` / ``<!-- viewer:end -->``: the viewer screenshot, once
   docs/viewer.png exists.
 A result file is what bench/_common.write_result writes: ``{"name", "device",
@@ -25,6 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NOT_MEASURED = "_not measured yet_"
 VIEWER = "docs/viewer.png"  # relative to the README
+# the replay spot's results besides replay*: trace replays on the simulated GPU, checked
+# against PyTorch's runs (predictions), and the memory doctor's costs
+REPLAYED = ("fragmentation", "predictions", "doctor", "viewer")
 
 
 def load_results(results: Path) -> list[dict]:
@@ -114,6 +118,14 @@ def render_rows(rows: list[dict], name: str = "") -> str:
             table += "\n\n" + _pivot(fastest, "fastest_round_us")
         others = [r for r in rows if r not in pairs]  # (alloc's stats readers)
         return table + ("\n\n" + _flat(others) if others else "")
+    if all("measure" in r for r in rows):  # several measurements: a table each
+        measures = dict.fromkeys(r["measure"] for r in rows)
+        return "\n\n".join(
+            _flat(
+                [{k: v for k, v in r.items() if k != "measure"} for r in rows if r["measure"] == m]
+            )
+            for m in measures
+        )
     return _flat(rows)
 
 
@@ -159,7 +171,7 @@ def replace_between(text: str, name: str, content: str) -> str:
 def update_readme(readme: Path, results_dir: Path) -> bool:
     """Rewrite the generated spots of ``readme``; True if it changed."""
     results = load_results(results_dir)
-    replay = [r for r in results if r["name"].startswith("replay") or r["name"] == "fragmentation"]
+    replay = [r for r in results if r["name"].startswith("replay") or r["name"] in REPLAYED]
     bench = [r for r in results if r not in replay and str(r.get("device", "")).startswith("cuda")]
     viewer = (
         f"![The memory viewer: active memory over time, and the segments at one moment]({VIEWER})"

@@ -102,6 +102,21 @@ def test_only_the_latest_gpu_result_of_each_benchmark_is_shown(report, tmp_path)
     assert "sim:0" not in text
 
 
+def test_the_doctors_results_on_sim_go_to_the_replay_spot(report, tmp_path):
+    predictions = dict(
+        REPLAY,
+        name="predictions",
+        results=[{"workload": "gpt_train", "setting": "rp2", "error": 0.0, "within_1pct": True}],
+    )
+    readme, results = _setup(tmp_path, predictions)
+    report.update_readme(readme, results)
+    text = readme.read_text()
+    replay = text[text.index("<!-- replay:start -->") : text.index("<!-- replay:end -->")]
+    assert "**predictions** on sim:0" in replay
+    assert "| gpt_train | rp2 | 0 | True |" in replay
+    assert "<!-- bench:start -->\n_not measured yet_\n<!-- bench:end -->" in text
+
+
 def test_no_results_says_not_measured_yet(report, tmp_path):
     readme, results = _setup(tmp_path)
     assert report.update_readme(readme, results)
