@@ -27,7 +27,7 @@ from typing import Any
 
 from ._output import check_output_path
 from ._snapshot_file import load_snapshot
-from .replay import _fmt
+from .replay import _downsample, _fmt
 from .viz import _ViewData, check_device
 
 __all__ = ["RunDiff", "snapshot_diff", "diff_tables", "write_diff_html"]
@@ -248,16 +248,6 @@ def diff_tables(result: RunDiff, shown: int = _FRAMES_SHOWN) -> list[Any]:
 
 
 # ============================================================================== page
-def _downsample(values: list[int], points: int) -> list[int]:
-    if len(values) <= points:
-        return list(values)
-    step = len(values) / points
-    return [
-        max(values[int(i * step) : max(int((i + 1) * step), int(i * step) + 1)])
-        for i in range(points)
-    ]
-
-
 def _lines(run: _Run, top: int, width: int, height: int) -> str:
     out = []
     for values, css in ((run.reserved, "reserved"), (run.allocated, "allocated")):

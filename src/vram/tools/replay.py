@@ -60,6 +60,7 @@ from .._errors import CudaError, OutOfMemoryError
 from ..driver._sim import SimDriver, parse_bytes
 from ..memory._caching import DeviceCachingAllocator
 from ..memory._config import AllocatorConfig, parse_config
+from ..memory._oom_report import _size as _fmt  # bytes as the tools print them
 from ._output import check_output_path, console, describe_error, fitted, progress
 from ._replay_pools import add_pool_routes, find_private_pools
 from ._snapshot_file import load_snapshot
@@ -763,15 +764,6 @@ def replay(
 
 
 # ============================================================================= output
-def _fmt(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n} B"
-
-
 def _table(rows: list[dict], title: str) -> Any:
     from rich.table import Table
 
