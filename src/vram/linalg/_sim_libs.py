@@ -85,17 +85,7 @@ class SimLibs:
         ipiv: int,
         info: int,
     ) -> None:
-        need = self._lwork(dtype, m, n)
-
-        def run() -> None:
-            s.device.driver.view(ws, need)  # the workspace must be there, and large enough
-            matrix = self._matrix(s, a, m, n, lda, dtype)
-            found, infos = _reference.getrf(matrix, pivot=bool(ipiv))
-            if ipiv:
-                self._array(s, ipiv, min(m, n), np.int32)[:] = found[0]
-            self._array(s, info, 1, np.int32)[:] = infos
-
-        self._queue(s, run)
+        self._getrf(s, dtype, m, n, a, lda, ws, ipiv, np.int32, info)
 
     def xgetrf_workspace(
         self, s: Stream, dtype: str, m: int, n: int, a: int, lda: int, algo: int
@@ -117,14 +107,30 @@ class SimLibs:
         info: int,
         algo: int,
     ) -> None:
+        self._getrf(s, dtype, m, n, a, lda, ws, ipiv64, np.int64, info)
+
+    def _getrf(
+        self,
+        s: Stream,
+        dtype: str,
+        m: int,
+        n: int,
+        a: int,
+        lda: int,
+        ws: int,
+        ipiv: int,
+        ipiv_type: Any,
+        info: int,
+    ) -> None:
+        """getrf and Xgetrf: the same factorization, with int32 or int64 pivots."""
         need = self._lwork(dtype, m, n)
 
         def run() -> None:
-            s.device.driver.view(ws, need)
+            s.device.driver.view(ws, need)  # the workspace must be there, and large enough
             matrix = self._matrix(s, a, m, n, lda, dtype)
-            found, infos = _reference.getrf(matrix, pivot=bool(ipiv64))
-            if ipiv64:
-                self._array(s, ipiv64, min(m, n), np.int64)[:] = found[0]
+            found, infos = _reference.getrf(matrix, pivot=bool(ipiv))
+            if ipiv:
+                self._array(s, ipiv, min(m, n), ipiv_type)[:] = found[0]
             self._array(s, info, 1, np.int32)[:] = infos
 
         self._queue(s, run)
