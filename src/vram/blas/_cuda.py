@@ -388,20 +388,7 @@ class _LtPlan:
                 self.scalars[1] = self.beta = beta
             if self.mode == _BIAS:  # PyTorch: out = bias, then the product accumulates
                 copy(out, bias.expand(out.shape))
-        _cublas.use_device(self.index)
-        size = self.ws_bytes
-        workspace = (
-            _memory.get_workspace(self.ws_request, library=self.ws_library, stream=stream)
-            if size
-            else 0
-        )
-        lc = self.lc
-        if self.swap:
-            pa, pb = pb, pa
-        _cublas.lt_matmul(
-            self.lt, self.desc, self.alpha_ptr, pa, self.la, pb, self.lb, self.beta_ptr, po, lc,
-            po, lc, self.algo_ptr, workspace, size, stream.cuda_stream,
-        )  # fmt: skip
+        self._launch(stream, pa, pb, po)
 
     def product(
         self, stream: Stream, out: Tensor, a: Tensor, b: Tensor, pa: int, pb: int, po: int
@@ -409,6 +396,10 @@ class _LtPlan:
         """``out = a @ b`` (mm's form of ``run``: alpha 1, no bias, no epilogue)."""
         if self.alpha != 1.0:
             self.scalars[0] = self.alpha = 1.0
+        self._launch(stream, pa, pb, po)
+
+    def _launch(self, stream: Stream, pa: int, pb: int, po: int) -> None:
+        """cublasLtMatmul with the scalars, bias and workspace set up: ``out = op(a, b)``."""
         _cublas.use_device(self.index)
         size = self.ws_bytes
         workspace = (
