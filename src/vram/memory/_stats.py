@@ -5,10 +5,11 @@ A ``Stat`` is PyTorch's: ``current``, ``peak``, ``allocated`` (the sum of increa
 
 The device allocator keeps each stat for the aggregate ("all") and for the pool kind
 ("small_pool" / "large_pool"). Most change only on the slow path (segments, reserved
-bytes) and are Stats updated there. Five change on every malloc and free: allocation,
-allocated_bytes, active, active_bytes and requested_bytes. Updating four fields of ten
-Stats per call would be most of the cached path's cost, so ``Usage`` keeps them as a few
-sums instead (Note [Usage counters]); every reader gets them as Stats in O(1).
+bytes) and are Stats updated there. Seven change on every malloc and free: allocation,
+allocated_bytes, active, active_bytes, requested_bytes and inactive_split(_bytes).
+Updating four fields of twenty-one Stats per call would be most of the cached path's cost,
+so ``Usage`` keeps them as a few sums per pool kind instead (Note [Usage counters]);
+every reader gets them as Stats in O(1).
 
 Note [Usage counters]
 Per pool kind, ``Usage`` counts what malloc and free did since the accumulated stats were
@@ -16,18 +17,25 @@ last reset: blocks handed out (count, bytes, requested bytes) and blocks freed b
 (the same three). A free still waiting for record_stream events is *pending*: it has
 lowered allocation and allocated_bytes, not yet active, active_bytes and requested_bytes;
 the three pending sums say by how much. Every current value and every sum of increases or
-decreases is a sum or difference of these (``as_stats``).
+decreases is a sum or difference of these (``usage_stats``).
+inactive_split moves by a net amount per call (PyTorch applies one increase or decrease
+per call): ``Usage`` keeps its current value and the sum of its increases; the sum of its
+decreases is the increases less the change since the last reset.
 Peaks are the one thing that cannot be derived later. Each group (all, small, large) keeps
-three *rooms*: lower bounds of how far the count stats (allocation, active), the block-byte
-stats (allocated_bytes, active_bytes) and requested_bytes are below their peaks. A malloc
-lowers each room by what it adds; only when a room goes below zero can a peak have been
-passed, and then every peak of the group is brought up to its current value and the rooms
-are measured exactly. A free that completes at once gives back exactly what it took; a
-pending one gives nothing back (a lower bound stays one). So peaks are exact at every
-moment, and a malloc or free costs a few additions, also when a program runs at its peak.
+two *rooms*: lower bounds of how far the count stats (allocation, active) and the byte
+stats (allocated_bytes, active_bytes, requested_bytes) are below their peaks. A malloc
+lowers both by what it adds at most (1, and the block's size: never less than the bytes
+requested); only when a room goes below zero can a peak have been passed, and then every
+peak of the group is brought up to its current value and the rooms are measured exactly.
+A free that completes at once gives back at least what the rooms count (1, and the bytes
+requested); a pending one gives nothing back (a lower bound stays one). So peaks are exact
+at every moment, and a malloc or free costs a few additions, also at a program's peak.
+inactive_split's peaks are compared when it rises.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["Stat", "DeviceStats", "STAT_NAMES", "POOL_NAMES"]
 
@@ -107,6 +115,15 @@ class Usage:
         "pending_requested",
         "base",
         "base_bytes",
+        "room_count",
+        "room_bytes",
+        "peaks",
+        "split_blocks",
+        "split_bytes",
+        "split_blocks_up",
+        "split_bytes_up",
+        "split_base",
+        "split_peaks",
     )
 
     def __init__(self) -> None:
@@ -115,6 +132,12 @@ class Usage:
         self.pending = self.pending_bytes = self.pending_requested = 0
         self.base = (0, 0, 0)  # (count, bytes, requested) in use when the sums restarted
         self.base_bytes = 0  # base[1], read on its own by allocated_bytes()
+        self.room_count = self.room_bytes = 0  # the rooms below this kind's peaks
+        self.peaks = [0, 0, 0, 0, 0]  # in the order of currents()
+        self.split_blocks = self.split_bytes = 0  # inactive_split(_bytes) now
+        self.split_blocks_up = self.split_bytes_up = 0  # their sums of increases
+        self.split_base = (0, 0)  # (blocks, bytes) when the sums restarted
+        self.split_peaks = [0, 0]  # (blocks, bytes)
 
     def currents(self) -> tuple[int, int, int, int, int]:
         """(allocation, allocated_bytes, active, active_bytes, requested_bytes) now."""
@@ -130,11 +153,15 @@ class Usage:
             active_requested + self.pending_requested,
         )
 
-    def current(self, i: int) -> int:
-        """One value of ``currents()`` (0 allocation ... 4 requested_bytes), cheaply."""
-        if i == 1:
-            return self.base_bytes + self.alloc_bytes - self.free_bytes
-        return self.currents()[i]
+    def split_stats(self) -> tuple[Stat, Stat]:
+        """inactive_split and inactive_split_bytes as Stats."""
+        (base_blocks, base_bytes), (peak_blocks, peak_bytes) = self.split_base, self.split_peaks
+        blocks, nbytes = self.split_blocks, self.split_bytes
+        up_blocks, up_bytes = self.split_blocks_up, self.split_bytes_up
+        return (
+            Stat(blocks, peak_blocks, up_blocks, up_blocks - (blocks - base_blocks)),
+            Stat(nbytes, peak_bytes, up_bytes, up_bytes - (nbytes - base_bytes)),
+        )
 
     def restart(self) -> None:
         """reset_accumulated: the sums start again from what is in use now."""
@@ -144,67 +171,30 @@ class Usage:
         self.base_bytes = allocated
         self.allocs = self.alloc_bytes = self.alloc_requested = 0
         self.frees = self.free_bytes = self.free_requested = 0
+        self.split_base = (self.split_blocks, self.split_bytes)
+        self.split_blocks_up = self.split_bytes_up = 0
 
 
-class _Peaks:
-    """The peaks of the five usage stats of one group, and its rooms (Note [Usage counters])."""
-
-    __slots__ = ("values", "room_count", "room_bytes", "room_requested")
-
-    def __init__(self) -> None:
-        self.values = [0, 0, 0, 0, 0]  # peaks in the order of Usage.currents()
-        self.room_count = self.room_bytes = self.room_requested = 0
-
-    def catch_up(self, currents: tuple[int, ...]) -> None:
-        """Raise each peak to its current value, and measure the rooms exactly."""
-        values = self.values
-        for i, value in enumerate(currents):
-            if value > values[i]:
-                values[i] = value
-        self.room_count = min(values[0] - currents[0], values[2] - currents[2])
-        self.room_bytes = min(values[1] - currents[1], values[3] - currents[3])
-        self.room_requested = values[4] - currents[4]
-
-
-class _SplitCounts:
-    """inactive_split(_bytes) of one pool kind: currents, sums of increases and decreases,
-    peaks."""
-
-    __slots__ = (
-        "blocks",
-        "nbytes",
-        "blocks_up",
-        "blocks_down",
-        "bytes_up",
-        "bytes_down",
-        "peak_blocks",
-        "peak_bytes",
-    )
-
-    def __init__(self) -> None:
-        self.blocks = self.nbytes = 0
-        self.blocks_up = self.blocks_down = self.bytes_up = self.bytes_down = 0
-        self.peak_blocks = self.peak_bytes = 0
-
-    def reset_peak(self) -> None:
-        self.peak_blocks, self.peak_bytes = self.blocks, self.nbytes
-
-    def reset_accumulated(self) -> None:
-        self.blocks_up = self.blocks_down = self.bytes_up = self.bytes_down = 0
+def _catch_up(group: Any, peaks: list[int], currents: tuple[int, ...]) -> None:
+    """Raise each peak of a group to its current value, and measure its rooms exactly."""
+    for i, value in enumerate(currents):
+        if value > peaks[i]:
+            peaks[i] = value
+    group.room_count = min(peaks[0] - currents[0], peaks[2] - currents[2])
+    group.room_bytes = min(peaks[1] - currents[1], peaks[3] - currents[3], peaks[4] - currents[4])
 
 
 class DeviceStats:
     """The memory_stats counters of one device allocator."""
 
     def __init__(self) -> None:
-        self.usage = (Usage(), Usage())  # (small, large)
-        self._peaks = (_Peaks(), _Peaks(), _Peaks())  # (all, small, large)
-        # the stats that change off the cached path (or, for inactive_split, by a net amount
-        # per call): [all, small, large] each
+        self.small, self.large = self.usage = (Usage(), Usage())
+        self.room_count = self.room_bytes = 0  # the aggregate's rooms
+        self.peaks = [0, 0, 0, 0, 0]  # the aggregate's usage peaks
+        self.split_peaks = [0, 0]  # the aggregate's inactive_split peaks: (blocks, bytes)
+        # the stats that change off the cached path: [all, small, large] each
         self.segment = _group()
         self.reserved_bytes = _group()
-        self.split = (_SplitCounts(), _SplitCounts())  # inactive_split: (small, large)
-        self.split_peaks = [0, 0]  # the aggregate's peaks: (blocks, bytes)
         self.oversize_allocations = Stat()
         self.oversize_segments = Stat()
         self.num_alloc_retries = 0
@@ -217,45 +207,38 @@ class DeviceStats:
     def alloc(self, small: bool, size: int, requested: int, split: int, split_bytes: int) -> None:
         """A block of ``size`` bytes was handed out for ``requested`` bytes; the call changed
         inactive_split by ``split`` blocks and ``split_bytes`` bytes (net)."""
-        usage = self.usage[0 if small else 1]
+        usage = self.small if small else self.large
         usage.allocs += 1
         usage.alloc_bytes += size
         usage.alloc_requested += requested
-        every, mine = self._peaks[0], self._peaks[1 if small else 2]
-        every.room_count -= 1
-        every.room_bytes -= size
-        every.room_requested -= requested
-        mine.room_count -= 1
-        mine.room_bytes -= size
-        mine.room_requested -= requested
-        if every.room_bytes < 0 or every.room_count < 0 or every.room_requested < 0:
-            every.catch_up(self._currents_all())
-        if mine.room_bytes < 0 or mine.room_count < 0 or mine.room_requested < 0:
-            mine.catch_up(usage.currents())
+        usage.room_count -= 1
+        usage.room_bytes -= size
+        self.room_count -= 1
+        self.room_bytes -= size
+        if (usage.room_bytes | self.room_bytes | usage.room_count | self.room_count) < 0:  # any
+            _catch_up(usage, usage.peaks, usage.currents())
+            _catch_up(self, self.peaks, self._currents_all())
         if split or split_bytes:
-            self._split(small, split, split_bytes)
+            self._split(usage, split, split_bytes)
 
     def free(self, small: bool, size: int, requested: int, split: int, split_bytes: int) -> None:
         """The user freed a block and it is back in its pool (a free with no events to
         wait for); the call changed inactive_split by (``split``, ``split_bytes``)."""
-        usage = self.usage[0 if small else 1]
+        usage = self.small if small else self.large
         usage.frees += 1
         usage.free_bytes += size
         usage.free_requested += requested
-        every, mine = self._peaks[0], self._peaks[1 if small else 2]
-        every.room_count += 1
-        every.room_bytes += size
-        every.room_requested += requested
-        mine.room_count += 1
-        mine.room_bytes += size
-        mine.room_requested += requested
+        usage.room_count += 1
+        usage.room_bytes += requested
+        self.room_count += 1
+        self.room_bytes += requested
         if split or split_bytes:
-            self._split(small, split, split_bytes)
+            self._split(usage, split, split_bytes)
 
     def free_requested(self, small: bool, size: int, requested: int) -> None:
         """The user freed a block that still waits for record_stream events (pending):
         ``free_completed`` follows when they have completed."""
-        usage = self.usage[0 if small else 1]
+        usage = self.small if small else self.large
         usage.frees += 1
         usage.free_bytes += size
         usage.free_requested += requested
@@ -267,57 +250,48 @@ class DeviceStats:
         self, small: bool, size: int, requested: int, split: int, split_bytes: int
     ) -> None:
         """A pending free's events have completed: the block is back in its pool."""
-        usage = self.usage[0 if small else 1]
+        usage = self.small if small else self.large
         usage.pending -= 1
         usage.pending_bytes -= size
         usage.pending_requested -= requested
         if split or split_bytes:
-            self._split(small, split, split_bytes)
+            self._split(usage, split, split_bytes)
 
-    def _split(self, small: bool, blocks: int, nbytes: int) -> None:
-        """inactive_split moves by the net change of one call (PyTorch applies it once, as
-        one increase or decrease per stat); the aggregate's sums are the kinds' sums, so
-        only its peaks are kept here."""
-        mine = self.split[0 if small else 1]
-        if nbytes > 0:
-            mine.nbytes += nbytes
-            mine.bytes_up += nbytes
-            if mine.nbytes > mine.peak_bytes:
-                mine.peak_bytes = mine.nbytes
-            every = self.split[0].nbytes + self.split[1].nbytes
-            if every > self.split_peaks[1]:
-                self.split_peaks[1] = every
-        elif nbytes < 0:
-            mine.nbytes += nbytes
-            mine.bytes_down -= nbytes
+    def _split(self, usage: Usage, blocks: int, nbytes: int) -> None:
+        """inactive_split moves by the net change of one call; its peaks can pass only
+        when it rises."""
+        usage.split_blocks += blocks
+        usage.split_bytes += nbytes
         if blocks > 0:
-            mine.blocks += blocks
-            mine.blocks_up += blocks
-            if mine.blocks > mine.peak_blocks:
-                mine.peak_blocks = mine.blocks
-            every = self.split[0].blocks + self.split[1].blocks
-            if every > self.split_peaks[0]:
-                self.split_peaks[0] = every
-        elif blocks < 0:
-            mine.blocks += blocks
-            mine.blocks_down -= blocks
+            usage.split_blocks_up += blocks
+        if nbytes > 0:
+            usage.split_bytes_up += nbytes
+        elif blocks <= 0:
+            return
+        mine, every = usage.split_peaks, self.split_peaks
+        if usage.split_blocks > mine[0]:
+            mine[0] = usage.split_blocks
+        if usage.split_bytes > mine[1]:
+            mine[1] = usage.split_bytes
+        total = self.small.split_blocks + self.large.split_blocks
+        if total > every[0]:
+            every[0] = total
+        total = self.small.split_bytes + self.large.split_bytes
+        if total > every[1]:
+            every[1] = total
 
     def _split_stats(self, pool: int) -> tuple[Stat, Stat]:
         """inactive_split and inactive_split_bytes of a group (0 all, 1 small, 2 large)."""
-        parts = self.split if pool == 0 else (self.split[pool - 1],)
-        blocks = Stat(
-            sum(p.blocks for p in parts),
-            self.split_peaks[0] if pool == 0 else parts[0].peak_blocks,
-            sum(p.blocks_up for p in parts),
-            sum(p.blocks_down for p in parts),
+        if pool:
+            return self.usage[pool - 1].split_stats()
+        (small_blocks, small_bytes), (large_blocks, large_bytes) = (
+            self.small.split_stats(),
+            self.large.split_stats(),
         )
-        nbytes = Stat(
-            sum(p.nbytes for p in parts),
-            self.split_peaks[1] if pool == 0 else parts[0].peak_bytes,
-            sum(p.bytes_up for p in parts),
-            sum(p.bytes_down for p in parts),
+        return (
+            _sum(small_blocks, large_blocks, self.split_peaks[0]),
+            _sum(small_bytes, large_bytes, self.split_peaks[1]),
         )
-        return blocks, nbytes
 
     # ---- the slow path ------------------------------------------------------------------
     def segment_added(self, small: bool, nbytes: int, new_segment: bool = True) -> None:
@@ -351,7 +325,7 @@ class DeviceStats:
         else:
             parts = (self.usage[pool - 1],)
             currents = parts[0].currents()
-        peaks = self._peaks[pool].values
+        peaks = self.peaks if pool == 0 else parts[0].peaks
         allocs = sum(u.allocs for u in parts)
         alloc_bytes = sum(u.alloc_bytes for u in parts)
         alloc_requested = sum(u.alloc_requested for u in parts)
@@ -380,8 +354,8 @@ class DeviceStats:
         if i is None:
             return getattr(self, name)[pool].current
         if pool:
-            return self.usage[pool - 1].current(i)
-        return self.usage[0].current(i) + self.usage[1].current(i)
+            return self.usage[pool - 1].currents()[i]
+        return self._currents_all()[i]
 
     def peak(self, name: str, pool: int = 0) -> int:
         if name in ("inactive_split", "inactive_split_bytes"):
@@ -412,21 +386,22 @@ class DeviceStats:
         return dict(sorted(out.items()))
 
     def reset_peak(self) -> None:
-        for pool, peaks in enumerate(self._peaks):
-            currents = self._currents_all() if pool == 0 else self.usage[pool - 1].currents()
-            peaks.values = list(currents)
-            peaks.room_count = peaks.room_bytes = peaks.room_requested = 0
-        for counts in self.split:
-            counts.reset_peak()
-        self.split_peaks = [sum(c.blocks for c in self.split), sum(c.nbytes for c in self.split)]
+        for usage in self.usage:
+            usage.peaks = list(usage.currents())
+            usage.room_count = usage.room_bytes = 0
+            usage.split_peaks = [usage.split_blocks, usage.split_bytes]
+        self.peaks = list(self._currents_all())
+        self.room_count = self.room_bytes = 0
+        self.split_peaks = [
+            self.small.split_blocks + self.large.split_blocks,
+            self.small.split_bytes + self.large.split_bytes,
+        ]
         for stat in self._stats():
             stat.reset_peak()
 
     def reset_accumulated(self) -> None:
         for usage in self.usage:
             usage.restart()
-        for counts in self.split:
-            counts.reset_accumulated()
         for stat in self._stats():
             stat.reset_accumulated()
         self.num_alloc_retries = 0
@@ -451,3 +426,11 @@ _USAGE = {  # the usage stats, in the order of Usage.currents()
 
 def _group() -> tuple[Stat, Stat, Stat]:
     return Stat(), Stat(), Stat()
+
+
+def _sum(small: Stat, large: Stat, peak: int) -> Stat:
+    """The aggregate of two pool kinds' Stat, with its own peak."""
+    return Stat(
+        small.current + large.current, peak, small.allocated + large.allocated,
+        small.freed + large.freed,
+    )  # fmt: skip
