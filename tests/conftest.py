@@ -8,7 +8,7 @@ import pytest
 
 import vram
 from vram.driver import cuda_usable
-from vram.memory import _caching, _config
+from vram.memory import _config, _registry
 
 
 @pytest.fixture(autouse=True)
@@ -18,10 +18,10 @@ def _fresh_memory_state(monkeypatch):
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     _config.set_default_config(None)
     vram.sim.clear_faults()
-    old = dict(_caching._allocators)
+    old = dict(_registry._allocators)
     for device in list(old):
         if device.type == "sim":
-            del _caching._allocators[device]
+            del _registry._allocators[device]
     yield
     gc.collect()  # tensors that died in reference cycles give their memory back now
     vram.sim.clear_faults()
@@ -29,7 +29,7 @@ def _fresh_memory_state(monkeypatch):
     sim = vram.sim.driver()
     sim.deferred_depth = 0
     sim.run()
-    for device, allocator in list(_caching._allocators.items()):
+    for device, allocator in list(_registry._allocators.items()):
         if device.type == "sim":  # what a test left alive (a traced script's globals) goes too
             with allocator.locked():
                 live = list(allocator._allocated)

@@ -17,7 +17,7 @@ def fresh_allocator(device) -> None:
     """A new allocator for ``device`` (it reads VRAM_NO_CACHING when made), after the old
     one gave back its memory, workspaces included."""
     vram.empty_cache(device)
-    vram.memory._caching._allocators.pop(device, None)
+    vram.memory._registry._allocators.pop(device, None)
 
 
 def malloc_counts(device, shape: tuple[int, int, int]) -> int:

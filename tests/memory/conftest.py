@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import vram
-from vram.memory import _api, _caching, allocator_for
+from vram.memory import _api, _registry, allocator_for
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def _release_live_allocations():
     sim = vram.sim.driver()
     sim.deferred_depth = 0
     sim.run()
-    for device, allocator in list(_caching._allocators.items()):
+    for device, allocator in list(_registry._allocators.items()):
         if device.type != "sim":
             continue
         with allocator.locked():  # (frees what finalizers dropped first)

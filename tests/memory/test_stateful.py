@@ -31,7 +31,7 @@ from hypothesis.stateful import (
 )
 
 import vram
-from vram.memory import _caching, parse_config
+from vram.memory import _registry, parse_config
 from vram.memory._config import SIZE_MAX
 from vram.memory._pool import ALLOCATED, FREE, PENDING
 from vram.memory._stats import POOL_NAMES, STAT_NAMES
@@ -124,8 +124,8 @@ class AllocatorMachine(RuleBasedStateMachine):
         self.held_before = total - free  # by allocators of earlier tests
         self.old_capacity = total
         vram.sim.set_capacity(0, self.held_before + CAPACITY)
-        _caching._allocators.pop(self.device, None)
-        self.allocator = _caching.allocator_for(self.device)
+        _registry._allocators.pop(self.device, None)
+        self.allocator = _registry.allocator_for(self.device)
         self.live: dict[int, tuple[int, int]] = {}  # ptr -> (bytes written, pattern)
         self.guards: list[tuple[int, int, list[int]]] = []  # (start, end, events) of frees
         self.patterns = 0
@@ -318,7 +318,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         for _, _, events in self.guards:
             for event in events:
                 self.sim.event_destroy(event)
-        _caching._allocators.pop(self.device, None)
+        _registry._allocators.pop(self.device, None)
         vram.sim.set_capacity(0, self.old_capacity)
 
 
@@ -343,7 +343,7 @@ def test_data_integrity_over_random_operations(sim0):
     """Every live block keeps the pattern written into all of its bytes until it is freed."""
     rng = random.Random(1234)
     drv = vram.sim.driver()
-    allocator = _caching.allocator_for(sim0)
+    allocator = _registry.allocator_for(sim0)
     side = streams()[1:]
     live: dict[int, tuple[int, int]] = {}
     with vram.sim.deferred():

@@ -13,7 +13,7 @@ import pytest
 
 import vram
 from vram.driver._sim import SimDriver
-from vram.memory import _caching
+from vram.memory import _registry
 from vram.memory._caching import DeviceCachingAllocator
 
 THREADS = 4
@@ -97,7 +97,7 @@ def test_threads_allocate_and_free_raw_blocks_and_tensors(sim0, fine_switching):
     assert stats["allocation.all.allocated"] == allocated
     assert stats["allocation.all.freed"] == allocated - len(blocks)
     assert stats["requested_bytes.all.current"] == sum(size for _, size in blocks)
-    allocator = _caching.allocator_for(sim0)
+    allocator = _registry.allocator_for(sim0)
     assert sorted(allocator._allocated) == [ptr for ptr, _ in blocks]
     assert stats["allocated_bytes.all.current"] == sum(
         block.size for block in allocator._allocated.values()
@@ -138,7 +138,7 @@ def test_threads_drop_tensors_in_reference_cycles(sim0, fine_switching):
     assert stats["allocation.all.allocated"] == THREADS * (OPS // 2)
     assert stats["allocation.all.current"] == 0
     assert stats["allocated_bytes.all.current"] == 0
-    assert not _caching.allocator_for(sim0)._dropped
+    assert not _registry.allocator_for(sim0)._dropped
 
 
 # ---- a finalizer that frees inside the allocator ---------------------------------------

@@ -32,8 +32,8 @@ from .._streams import stream as stream_context
 from ..driver._base import CAPTURE_MODES
 from ..memory import _graph_pools
 from ..memory._api import empty_cache
-from ..memory._caching import allocator_for
 from ..memory._graph_pools import graph_pool_handle
+from ..memory._registry import allocator_for
 
 __all__ = ["CUDAGraph", "graph", "graph_pool_handle", "is_current_stream_capturing"]
 

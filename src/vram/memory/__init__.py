@@ -4,7 +4,7 @@ from ._allocation import Allocation
 from ._api import *  # noqa: F403
 from ._api import __all__ as _api_all
 from ._async import AsyncAllocator
-from ._caching import DeviceCachingAllocator, allocate, allocator_for, format_size
+from ._caching import DeviceCachingAllocator
 from ._config import AllocatorConfig, parse_config
 from ._counting import DeviceCalls, count_device_calls
 from ._host import (
@@ -19,8 +19,9 @@ from ._host import (
     reset_accumulated_host_memory_stats,
     reset_peak_host_memory_stats,
 )
-from ._oom_report import MemoryReport, memory_report
+from ._oom_report import MemoryReport, format_size, memory_report
 from ._pools import MemPool, use_mem_pool
+from ._registry import allocate, allocator_for
 from ._sanitizer import StreamRace, StreamRaceWarning, stream_races
 from ._snapshot import _dump_snapshot, _record_memory_history, _snapshot, memory_snapshot
 from ._workspace import get_workspace

@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 from .._device import Device, as_device, current_device_obj
 from .._streams import Stream, current_stream
-from ._caching import DeviceCachingAllocator, _allocators, allocator_for
+from ._caching import DeviceCachingAllocator
 from ._config import apply_settings, default_config, set_default_config
+from ._registry import _allocators, allocator_for
 from ._sanitizer import sync_sanitizer
 from ._workspace import release_idle_workspaces, workspace_stats
 

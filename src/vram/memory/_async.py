@@ -51,8 +51,8 @@ from .._device import Device
 from .._errors import CudaError, OutOfMemoryError
 from .._streams import Stream
 from ..driver import Driver
-from ._caching import format_size
 from ._config import AllocatorConfig, _items, default_config
+from ._oom_report import format_size
 from ._stats import DeviceStats
 
 __all__ = ["AsyncAllocator", "ignored_settings", "SNAPSHOT_UNSUPPORTED"]

@@ -33,7 +33,8 @@ own thread holds).
 
 ``VRAM_NO_CACHING=1`` (or PyTorch's PYTORCH_NO_CUDA_MEMORY_CACHING, read when an allocator is
 made) gives an ``UncachedAllocator`` instead (``_uncached``): every request is a device
-allocation of its own, given back at free.
+allocation of its own, given back at free. ``_registry`` makes one allocator per device;
+``_oom_report`` words the OutOfMemoryError and says why it happened.
 """
 
 from __future__ import annotations
@@ -45,17 +46,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .._device import Device, as_device
-from .._errors import OutOfMemoryError
-from .._streams import Stream, current_stream
+from .._device import Device
 from ..driver import Driver
-from ._allocation import Allocation
 from ._config import SIZE_MAX, AllocatorConfig, default_config
 from ._lifetimes import Lifetimes
-from ._oom_report import dump_on_oom, oom_report
+from ._oom_report import dump_on_oom, out_of_memory
 from ._pool import (
     ALLOCATED,
-    FREE,
     LARGE_BUFFER,
     MIN_BLOCK_SIZE,
     MIN_LARGE_ALLOC,
@@ -71,20 +68,9 @@ from ._pool import (
 from ._sources import DeviceMalloc, Expandable
 from ._stats import DeviceStats
 
-__all__ = ["DeviceCachingAllocator", "allocator_for", "allocate", "format_size"]
+__all__ = ["DeviceCachingAllocator"]
 
 Route = tuple[Any, Callable[[int], bool]]  # (private pool, which streams' requests it takes)
-
-
-def format_size(size: int) -> str:
-    """PyTorch's format_size: '512 bytes', '1.50 KiB', '20.00 MiB', '2.00 GiB'."""
-    if size <= 1024:
-        return f"{size} bytes"
-    if size <= 1048576:
-        return f"{size / 1024:.2f} KiB"
-    if size <= 1073741824:
-        return f"{size / 1048576:.2f} MiB"
-    return f"{size / 1073741824:.2f} GiB"
 
 
 class DeviceCachingAllocator:
@@ -135,7 +121,7 @@ class DeviceCachingAllocator:
             block = self._malloc(size, stream)
             if block is not None:
                 return block.ptr
-            error, report = self._out_of_memory(size, stream)
+            error, report = out_of_memory(self, size, stream)
         finally:
             lock.release()
         dump_on_oom(self, error)  # VRAM_OOM_SNAPSHOT / oom_snapshot (_oom_report), unlocked
@@ -381,7 +367,6 @@ class DeviceCachingAllocator:
     def _hand_out(self, block: Block, pool: Pool, size: int, orig_size: int, stream: int) -> Block:
         """Take ``block`` out of the index, split off its front for the request when worth
         it, and mark it allocated."""
-        pool.remove(block)
         was_split = block.prev is not None or block.next is not None
         rest = block.size - size
         if pool.is_small or self._split_always:
@@ -390,9 +375,10 @@ class DeviceCachingAllocator:
             split = rest > SMALL_SIZE and size < self._max_split
         # inactive_split (free blocks of split segments, not expandable) as PyTorch counts it
         if split:
-            pool.split(block, size)
+            pool.take(block, size)
             split_blocks, split_bytes = (0, -size) if was_split else (1, rest)
         else:
+            pool.take(block, block.size)
             split_blocks, split_bytes = (-1, -block.size) if was_split else (0, 0)
         if block.segment.expandable is not None:
             split_blocks = split_bytes = 0
@@ -555,9 +541,7 @@ class DeviceCachingAllocator:
             self._trace("free_completed", block.ptr, block.requested_size, block.segment.stream)
             block.context = None
         size = block.size
-        absorbed = pool.merge(block)
-        block.state = FREE
-        pool.insert(block)
+        absorbed = pool.give(block)
         if block.segment.expandable is not None:
             return 0, 0
         split_blocks, split_bytes = -absorbed, size - block.size  # the neighbours it took
@@ -677,32 +661,6 @@ class DeviceCachingAllocator:
                     count -= 1
                     self._give_back(block)
 
-    # ========================================================================== OOM
-    def _out_of_memory(self, size: int, stream: int) -> tuple[OutOfMemoryError, tuple]:
-        """The OutOfMemoryError for a failed request, with PyTorch's message, and what the
-        OOM observers are told: (device, alloc size, device limit, device free)."""
-        rounded = self.round_size(size)
-        alloc_size = self.allocation_size(rounded)
-        free, total = self.driver.mem_get_info(self.index)
-        self._trace("oom", free, rounded, stream)
-        self.stats.num_ooms += 1
-        allocated = self.stats.current("allocated_bytes")
-        reserved = self.stats.reserved_bytes[0].current
-        limit = self.allowed_memory_maximum
-        allowed = "" if limit is None else f"{format_size(limit)} allowed; "
-        error = OutOfMemoryError(
-            f"{self.device.type.upper()} out of memory. Tried to allocate "
-            f"{format_size(alloc_size)}. {self.device} has a total capacity of "
-            f"{format_size(total)} of which {format_size(free)} is free. {allowed}"
-            f"Of the allocated memory {format_size(allocated)} is allocated by vram, and "
-            f"{format_size(reserved - allocated)} is reserved by vram but unallocated. "
-            "If reserved but unallocated memory is large try setting "
-            "VRAM_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
-        )
-        cap = total if limit is None else limit
-        error.report = oom_report(self, size, rounded, stream, cap, free)  # why (_oom_report)
-        return error, (self.index, alloc_size, cap, free)
-
     # ====================================================================== the rest
     def _trace(self, action: str, addr: int, size: int, stream: int, context: Any = None) -> Any:
         recorder = self.recorder
@@ -753,42 +711,3 @@ def _next_division(size: int, divisions: int) -> int:
         return floor << 1
     rounded = size & ~(step - 1)
     return size if rounded == size else rounded + step
-
-
-# ================================================================= one allocator a device
-_allocators: dict[Device, DeviceCachingAllocator] = {}
-_allocators_lock = threading.Lock()
-# called with each allocator allocator_for creates (memory history attaches itself here)
-allocator_created_hooks: list[Callable[[DeviceCachingAllocator], None]] = []
-
-
-def allocator_for(device: object = None) -> DeviceCachingAllocator:
-    """The caching allocator of a device (created on first use)."""
-    found = device if type(device) is Device else as_device(device)
-    allocator = _allocators.get(found)
-    if allocator is None:
-        if found.type == "cpu":
-            raise ValueError("device: the cpu device has no caching allocator")
-        with _allocators_lock:
-            allocator = _allocators.get(found)
-            if allocator is None:
-                config = default_config()
-                if config.backend == "cudaMallocAsync":  # the driver's pool (_async)
-                    from ._async import AsyncAllocator as kind
-                else:
-                    from ._uncached import UncachedAllocator, no_caching_requested
-
-                    kind = UncachedAllocator if no_caching_requested() else DeviceCachingAllocator
-                allocator = _allocators[found] = kind(found, config)
-                for hook in allocator_created_hooks:
-                    hook(allocator)
-    return allocator
-
-
-def allocate(nbytes: int, device: Device, stream: Stream | None = None) -> Allocation:
-    """An Allocation of ``nbytes`` on ``device`` for ``stream`` (current stream if None)."""
-    if stream is None:
-        stream = current_stream(device)
-    allocator = _allocators.get(device) or allocator_for(device)
-    ptr = allocator.malloc(nbytes, stream.cuda_stream) if nbytes else 0
-    return Allocation(ptr, nbytes, device, stream, allocator)

@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ._caching import DeviceCachingAllocator, allocator_for
+from ._caching import DeviceCachingAllocator
 from ._history import attach, detach
+from ._registry import allocator_for
 
 __all__ = ["DeviceCalls", "count_device_calls"]
 

@@ -32,6 +32,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .._errors import OutOfMemoryError
 from ._config import SIZE_MAX
 from ._history import frames_to_dicts
 from ._pool import UNMAPPED
@@ -48,12 +49,53 @@ __all__ = [
     "oom_report",
     "memory_report",
     "dump_on_oom",
+    "format_size",
+    "out_of_memory",
     "findings",
 ]
 
 _LARGEST_LIVE = 10  # live blocks listed
 _FRAMES_SHOWN = 3  # frames printed per live block (all are kept)
 _dumps = 0  # snapshots written on OOM by this process (numbers the files in a folder)
+
+
+def format_size(size: int) -> str:
+    """PyTorch's format_size: '512 bytes', '1.50 KiB', '20.00 MiB', '2.00 GiB'."""
+    if size <= 1024:
+        return f"{size} bytes"
+    if size <= 1048576:
+        return f"{size / 1024:.2f} KiB"
+    if size <= 1073741824:
+        return f"{size / 1048576:.2f} MiB"
+    return f"{size / 1073741824:.2f} GiB"
+
+
+def out_of_memory(
+    allocator: DeviceCachingAllocator, size: int, stream: int
+) -> tuple[OutOfMemoryError, tuple]:
+    """The OutOfMemoryError for a failed request, with PyTorch's message, and what the
+    OOM observers are told: (device, alloc size, device limit, device free)."""
+    rounded = allocator.round_size(size)
+    alloc_size = allocator.allocation_size(rounded)
+    free, total = allocator.driver.mem_get_info(allocator.index)
+    allocator._trace("oom", free, rounded, stream)
+    allocator.stats.num_ooms += 1
+    allocated = allocator.stats.current("allocated_bytes")
+    reserved = allocator.stats.reserved_bytes[0].current
+    limit = allocator.allowed_memory_maximum
+    allowed = "" if limit is None else f"{format_size(limit)} allowed; "
+    error = OutOfMemoryError(
+        f"{allocator.device.type.upper()} out of memory. Tried to allocate "
+        f"{format_size(alloc_size)}. {allocator.device} has a total capacity of "
+        f"{format_size(total)} of which {format_size(free)} is free. {allowed}"
+        f"Of the allocated memory {format_size(allocated)} is allocated by vram, and "
+        f"{format_size(reserved - allocated)} is reserved by vram but unallocated. "
+        "If reserved but unallocated memory is large try setting "
+        "VRAM_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+    )
+    cap = total if limit is None else limit
+    error.report = oom_report(allocator, size, rounded, stream, cap, free)  # why (below)
+    return error, (allocator.index, alloc_size, cap, free)
 
 
 def _size(n: int | None) -> str:
@@ -402,7 +444,7 @@ def oom_report(
 
 def memory_report(device: object = None) -> MemoryReport:
     """The report of ``device``'s caching allocator now (the current device if None)."""
-    from ._caching import allocator_for
+    from ._registry import allocator_for
 
     allocator = allocator_for(device)
     if not hasattr(allocator, "_all_pools"):
@@ -492,7 +534,7 @@ def dump_on_oom(allocator: DeviceCachingAllocator, error: BaseException) -> None
     path = getattr(allocator.config, "oom_snapshot", "") or os.environ.get("VRAM_OOM_SNAPSHOT")
     if not path:
         return
-    from ._caching import _allocators
+    from ._registry import _allocators
 
     if _allocators.get(allocator.device) is not allocator:
         return  # not a device's allocator (a replay's, or a test's own): nothing to dump

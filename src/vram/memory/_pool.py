@@ -13,6 +13,9 @@ each with its invariant checked where it is declared:
 
 - ``insert(block)``: a FREE block enters the index;
 - ``remove(block)``: it leaves the index (``best_fit`` finds, the caller removes);
+- ``take(block, size)``: it leaves the index to be handed out, split when ``size`` is less
+  than its size (the allocator's cached path), and ``give(block)``: a block whose uses are
+  over merges with its FREE neighbours and enters the index (``merge``, then ``insert``);
 - ``split(block, size, state)``: a block outside the index keeps its first ``size`` bytes;
   the rest becomes a new block, in ``state``, in that state's index;
 - ``merge(block)``: a block outside the index absorbs its FREE neighbours;
@@ -147,6 +150,26 @@ class _StreamIndex:
         self.blocks: dict[int, Block] = {}  # address -> FREE block
         self.entries = 0  # addresses in all heaps, stale ones included
 
+    def add(self, block: Block) -> None:
+        """``block`` enters (its address is pushed unless its stale entry is on top)."""
+        ptr, size = block.ptr, block.size
+        self.blocks[ptr] = block
+        heap = self.heaps.get(size)
+        if heap is None:
+            self.heaps[size] = [ptr]
+            insort(self.sizes, size)
+            self.entries += 1
+        elif heap[0] != ptr:
+            heappush(heap, ptr)
+            self.entries += 1
+
+    def discard(self, ptr: int) -> None:
+        """The block at ``ptr`` leaves; its heap entry stays, stale (KeyError: not here)."""
+        blocks = self.blocks
+        del blocks[ptr]
+        if self.entries > 2 * len(blocks) + 64:
+            self.rebuild()
+
     def rebuild(self) -> None:
         """Drop every stale heap entry: the heaps again hold exactly the FREE blocks."""
         heaps: dict[int, list[int]] = {}
@@ -178,30 +201,43 @@ class Pool:
     # ---- the index ----------------------------------------------------------------------
     def insert(self, block: Block) -> None:
         """A FREE block enters the index. Pre: it is FREE and not in the index."""
-        found = self.index.get(block.segment.stream)
-        if found is None:
-            found = self.index[block.segment.stream] = _StreamIndex()
-        ptr, size = block.ptr, block.size
-        assert block.state == FREE and ptr not in found.blocks, "FREE blocks enter once"
-        found.blocks[ptr] = block
-        heap = found.heaps.get(size)
-        if heap is None:
-            found.heaps[size] = [ptr]
-            insort(found.sizes, size)
-            found.entries += 1
-        elif heap[0] != ptr:  # (on top: its stale entry from remove() is live again)
-            heappush(heap, ptr)
-            found.entries += 1
+        found = self.index.get(block.segment.stream) or self._stream(block.segment.stream)
+        assert block.state == FREE and block.ptr not in found.blocks, "FREE blocks enter once"
+        found.add(block)
         block.gc_age = self.get_free_blocks_call_count
 
     def remove(self, block: Block) -> None:
-        """A FREE block leaves the index (to be handed out, merged or released)."""
+        """A FREE block leaves the index (to be handed out, merged or released). Its heap
+        entry stays, stale: best_fit pops stale tops, and a block given back at the same
+        address (the cached path's take-and-return) finds its entry on top."""
+        self.index[block.segment.stream].discard(block.ptr)
+
+    def take(self, block: Block, size: int) -> Block | None:
+        """A FREE block leaves the index to be handed out, keeping its first ``size``
+        bytes: when that is less than its size, the rest stays in the index as a new FREE
+        block (a split; it inherits the block's record_use events), which is returned."""
         found = self.index[block.segment.stream]
-        del found.blocks[block.ptr]  # (KeyError: it was not in the index)
-        # Its heap entry stays, stale: best_fit pops stale tops, and a block given back
-        # at the same address (the cached path's take-and-return) finds its entry on top.
-        if found.entries > 2 * len(found.blocks) + 64:
-            found.rebuild()
+        found.discard(block.ptr)
+        if size == block.size:
+            return None
+        rest = self._cut(block, size, FREE)
+        found.add(rest)
+        rest.gc_age = self.get_free_blocks_call_count
+        return rest
+
+    def give(self, block: Block) -> int:
+        """A block outside the index, its uses over, becomes FREE: it absorbs its FREE
+        neighbours (``merge``) and enters the index. Returns how many it absorbed."""
+        absorbed = self.merge(block)
+        block.state = FREE
+        stream = block.segment.stream
+        (self.index.get(stream) or self._stream(stream)).add(block)
+        block.gc_age = self.get_free_blocks_call_count
+        return absorbed
+
+    def _stream(self, stream: int) -> _StreamIndex:
+        found = self.index[stream] = _StreamIndex()
+        return found
 
     def best_fit(self, stream: int, size: int) -> Block | None:
         """The first FREE block of ``stream`` in (size, address) order with at least ``size``
@@ -261,20 +297,26 @@ class Pool:
 
         Pre: 0 < size < block.size. The rest inherits the block's record_use events.
         """
+        rest = self._cut(block, size, rest_state)
+        if rest_state == FREE:
+            self.insert(rest)
+        else:
+            self.insert_unmapped(rest)
+        return rest
+
+    @staticmethod
+    def _cut(block: Block, size: int, rest_state: int) -> Block:
+        """The tiling half of a split: the new block after ``block``'s first ``size`` bytes."""
         assert 0 < size < block.size, "a split leaves two non-empty blocks"
         rest = Block(block.ptr + size, block.size - size, block.segment, rest_state)
-        rest.next = block.next
-        if rest.next is not None:
-            rest.next.prev = rest
+        after = rest.next = block.next
+        if after is not None:
+            after.prev = rest
         rest.prev = block
         block.next = rest
         block.size = size
         if block.use_events:
             rest.use_events = list(block.use_events)
-        if rest_state == FREE:
-            self.insert(rest)
-        else:
-            self.insert_unmapped(rest)
         return rest
 
     def merge(self, block: Block, state: int = FREE) -> int:

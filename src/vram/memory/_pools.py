@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .._device import as_device
-from ._caching import allocator_for
 from ._pool import Pool
+from ._registry import allocator_for
 
 __all__ = ["MemPool", "use_mem_pool", "PrivatePool"]
 

@@ -451,7 +451,7 @@ class _Observer:
         self._unwatch = getattr(sanitizer.driver, "unwatch", None)
 
     def __call__(self, kind: str, stream: int | None, what: Any) -> None:
-        from ._caching import _allocators
+        from ._registry import _allocators
 
         found = self.sanitizer()
         if found is None or _allocators.get(found.allocator.device) is not found.allocator:
@@ -493,17 +493,17 @@ def sync_sanitizer(allocator: Any) -> None:
 def stream_races(device: object = None) -> list[StreamRace]:
     """The races the stream sanitizer of ``device``'s allocator has reported so far (an
     empty list when ``stream_sanitizer:True`` is not set)."""
-    from ._caching import allocator_for
+    from ._registry import allocator_for
 
     found = getattr(allocator_for(device), "stream_sanitizer", None)
     return [] if found is None else list(found.races)
 
 
 def _register() -> None:
-    from . import _caching
+    from . import _registry
 
-    if sync_sanitizer not in _caching.allocator_created_hooks:
-        _caching.allocator_created_hooks.append(sync_sanitizer)
+    if sync_sanitizer not in _registry.allocator_created_hooks:
+        _registry.allocator_created_hooks.append(sync_sanitizer)
 
 
 _register()

@@ -14,7 +14,7 @@ their own, and that vram's tools read from PyTorch:
 - ``allocator_settings``: the settings dict of the allocator (PyTorch's keys).
 
 History for allocators created after ``_record_memory_history`` (Note [History hook]): the
-allocator module calls the functions in ``_caching.allocator_created_hooks`` where it has
+allocator module calls the functions in ``_registry.allocator_created_hooks`` where it has
 that list; where it has not, enabling history creates the allocators of every device of the
 type asked for, so that each has its recorder from the start.
 """
@@ -25,11 +25,12 @@ import pickle
 import sys
 
 from .._device import Device, as_device
-from . import _caching
-from ._caching import DeviceCachingAllocator, allocator_for
+from . import _registry
+from ._caching import DeviceCachingAllocator
 from ._config import default_config
 from ._history import History, HistorySettings, Recorder, attach, detach, frames_to_dicts
 from ._pool import ALLOCATED, FREE, PENDING, UNMAPPED, Block
+from ._registry import allocator_for
 from ._workspace import workspace_label
 
 __all__ = [
@@ -82,7 +83,7 @@ def _record_memory_history(
     else:
         _settings = HistorySettings(enabled == "all", context, stacks, max_entries)
         _watch_new_allocators(found)
-    for allocator in list(_caching._allocators.values()):
+    for allocator in list(_registry._allocators.values()):
         _apply(allocator, clear_history)
 
 
@@ -105,7 +106,7 @@ def _on_new_allocator(allocator: DeviceCachingAllocator) -> None:
 
 
 def _watch_new_allocators(device: Device) -> None:
-    hooks = getattr(_caching, "allocator_created_hooks", None)
+    hooks = getattr(_registry, "allocator_created_hooks", None)
     if hooks is not None:
         if _on_new_allocator not in hooks:
             hooks.append(_on_new_allocator)
@@ -190,7 +191,7 @@ def segments_of(allocator: DeviceCachingAllocator, pool_id: tuple | None = None)
 
 # =============================================================================== snapshot
 def _allocators_of(kind: str) -> list[DeviceCachingAllocator]:
-    found = [a for d, a in list(_caching._allocators.items()) if d.type == kind]
+    found = [a for d, a in list(_registry._allocators.items()) if d.type == kind]
     return sorted(found, key=lambda a: a.index)
 
 
@@ -210,7 +211,7 @@ def _snapshot(device: object = None) -> dict:
                 default = allocator.driver.default_stream(allocator.index)
                 traces[allocator.index] = history.trace(default)
     segments.sort(key=lambda s: s["address"])
-    own = _caching._allocators.get(found)
+    own = _registry._allocators.get(found)
     config = own.config if own is not None else default_config()
     return {
         "segments": segments,

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from .._device import Device, as_device
 from .._streams import Stream, current_stream
-from ._caching import DeviceCachingAllocator, _allocators, allocator_for
+from ._caching import DeviceCachingAllocator
+from ._registry import _allocators, allocator_for
 from ._stats import Stat
 
 __all__ = ["get_workspace", "release_idle_workspaces", "workspace_stats", "workspace_label"]
