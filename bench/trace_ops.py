@@ -8,7 +8,10 @@ its raw API, in one process:
 
 - vram: ``vram.memory.caching_allocator_alloc`` / ``caching_allocator_delete``;
 - PyTorch: ``torch.cuda.caching_allocator_alloc`` / ``caching_allocator_delete``;
-- CuPy: a ``cupy.cuda.MemoryPool``'s ``malloc``, freed by dropping the pointer.
+- CuPy: a ``cupy.cuda.MemoryPool``'s ``malloc``, freed by dropping the pointer;
+- python floor: ``_floor.FloorPool``, the bare decisions of a best-fit pool in pure Python
+  with nothing a real allocator must also do (no device, statistics, events or checks):
+  what the interpreter alone costs per request.
 
 The sequence runs once to warm each peer's cache, then ``--repeats`` interleaved rounds time
 every peer on every trace in turn (a shared machine's slow moments fall on all alike); a row
@@ -37,6 +40,7 @@ import json  # noqa: E402
 
 import vram  # noqa: E402
 from _common import add_output_arguments, device_name, write_results  # noqa: E402
+from _floor import FloorPool  # noqa: E402
 from _traces import trace_files  # noqa: E402
 
 TRACES = Path(__file__).resolve().parents[1] / "tests" / "data" / "traces"
@@ -111,6 +115,11 @@ def _cupy(device: vram.Device) -> Runner:
     return _replayer(pool.malloc, lambda pointer: None)  # dropping the pointer frees it
 
 
+def _floor(device: vram.Device) -> Runner:
+    pool = FloorPool()
+    return _replayer(lambda size: pool.malloc(size), pool.free)
+
+
 def _time(run: Runner, ops: list[Request]) -> float:
     gc_was_enabled = gc.isenabled()
     gc.disable()
@@ -152,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(options.dump_sequences).write_text(json.dumps(traces))
     peers = [(options.label, _vram)]
     if not options.only_vram:
-        peers += [("pytorch", _torch), ("cupy", _cupy)]
+        peers += [("pytorch", _torch), ("cupy", _cupy), ("python floor", _floor)]
     runners: dict[str, Runner] = {}
     for name, setup in peers:
         try:
