@@ -124,6 +124,7 @@ class Usage:
         "split_bytes_up",
         "split_base",
         "split_peaks",
+        "pending_base",
     )
 
     def __init__(self) -> None:
@@ -138,6 +139,7 @@ class Usage:
         self.split_blocks_up = self.split_bytes_up = 0  # their sums of increases
         self.split_base = (0, 0)  # (blocks, bytes) when the sums restarted
         self.split_peaks = [0, 0]  # (blocks, bytes)
+        self.pending_base = (0, 0, 0)  # the pending sums when the sums restarted
 
     def currents(self) -> tuple[int, int, int, int, int]:
         """(allocation, allocated_bytes, active, active_bytes, requested_bytes) now."""
@@ -173,6 +175,7 @@ class Usage:
         self.frees = self.free_bytes = self.free_requested = 0
         self.split_base = (self.split_blocks, self.split_bytes)
         self.split_blocks_up = self.split_bytes_up = 0
+        self.pending_base = (self.pending, self.pending_bytes, self.pending_requested)
 
 
 def _catch_up(group: Any, peaks: list[int], currents: tuple[int, ...]) -> None:
@@ -331,9 +334,13 @@ class DeviceStats:
         alloc_requested = sum(u.alloc_requested for u in parts)
         frees = sum(u.frees for u in parts)
         free_bytes = sum(u.free_bytes for u in parts)
-        done = frees - sum(u.pending for u in parts)
-        done_bytes = free_bytes - sum(u.pending_bytes for u in parts)
-        done_requested = sum(u.free_requested - u.pending_requested for u in parts)
+        # active's decreases: the frees less those still pending, plus the completions of
+        # frees that were pending when the sums restarted (counted in an earlier sum)
+        done = frees - sum(u.pending - u.pending_base[0] for u in parts)
+        done_bytes = free_bytes - sum(u.pending_bytes - u.pending_base[1] for u in parts)
+        done_requested = sum(
+            u.free_requested - u.pending_requested + u.pending_base[2] for u in parts
+        )
         increases = (allocs, alloc_bytes, allocs, alloc_bytes, alloc_requested)
         decreases = (frees, free_bytes, done, done_bytes, done_requested)
         return [Stat(currents[i], peaks[i], increases[i], decreases[i]) for i in range(5)]
