@@ -7,7 +7,8 @@ from __future__ import annotations
 import hypothesis.strategies as st
 from hypothesis import given, settings
 
-from vram.memory._stats import POOL_NAMES, STAT_NAMES, DeviceStats, Stat
+import vram
+from vram.memory._stats import FIELDS, POOL_NAMES, STAT_NAMES, DeviceStats, Stat
 
 
 class Reference:
@@ -131,3 +132,11 @@ def test_device_stats_count_as_pytorch_counts(data):
         getattr(reference, call[0])(*call[1:])
         got = mine.as_dict(-1)
         assert {key: got[key] for key in reference.as_dict()} == reference.as_dict(), call
+
+
+def test_memory_stats_keys_are_sorted_with_the_workspaces_last(sim0):
+    vram.memory.get_workspace(1 << 20, library="cublas", device=sim0)
+    stats = vram.memory.memory_stats(sim0)
+    assert list(stats) == sorted(stats)
+    assert list(stats)[-4:] == [f"workspace_bytes.all.{f}" for f in sorted(FIELDS)]
+    assert stats["workspace_bytes.all.current"] >= 1 << 20

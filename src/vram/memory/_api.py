@@ -154,9 +154,9 @@ def memory_stats(device: object = None) -> dict[str, int]:
     """PyTorch's memory_stats: a flat dict of the allocator's counters, with vram's
     ``workspace_bytes.all.*`` (library workspaces) among them."""
     found = _device(device)
-    stats = allocator_for(found).memory_stats()
-    stats.update(workspace_stats(found))
-    return dict(sorted(stats.items()))
+    stats = allocator_for(found).memory_stats()  # sorted by key
+    stats.update(sorted(workspace_stats(found).items()))  # "workspace_bytes.*": sorted last
+    return stats
 
 
 def memory_allocated(device: object = None) -> int:

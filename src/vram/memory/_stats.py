@@ -35,6 +35,7 @@ inactive_split's peaks are compared when it rises.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 __all__ = ["Stat", "DeviceStats", "STAT_NAMES", "POOL_NAMES"]
@@ -373,24 +374,24 @@ class DeviceStats:
 
     def as_dict(self, max_split_size: int) -> dict[str, int]:
         """PyTorch's flat memory_stats dict, keys sorted as torch.cuda.memory_stats sorts them."""
-        out: dict[str, int] = {}
-        for pool, pool_name in enumerate(POOL_NAMES):
+        values: list[int] = []
+        for pool in range(len(POOL_NAMES)):
             usage = dict(zip(_USAGE, self.usage_stats(pool), strict=True))
             usage["inactive_split"], usage["inactive_split_bytes"] = self._split_stats(pool)
             for name in STAT_NAMES:
                 stat = usage[name] if name in usage else getattr(self, name)[pool]
-                for field, value in zip(FIELDS, stat.fields(), strict=True):
-                    out[f"{name}.{pool_name}.{field}"] = value
-        for name in ("oversize_allocations", "oversize_segments"):
-            for field, value in zip(FIELDS, getattr(self, name).fields(), strict=True):
-                out[f"{name}.{field}"] = value
-        out["num_alloc_retries"] = self.num_alloc_retries
-        out["num_ooms"] = self.num_ooms
-        out["num_sync_all_streams"] = self.num_sync_all_streams
-        out["num_device_alloc"] = self.num_device_alloc
-        out["num_device_free"] = self.num_device_free
-        out["max_split_size"] = max_split_size
-        return dict(sorted(out.items()))
+                values += stat.fields()
+        values += self.oversize_allocations.fields()
+        values += self.oversize_segments.fields()
+        values += (
+            self.num_alloc_retries,
+            self.num_ooms,
+            self.num_sync_all_streams,
+            self.num_device_alloc,
+            self.num_device_free,
+            max_split_size,
+        )
+        return dict(zip(_SORTED_KEYS, _sorted_values(values), strict=True))
 
     def reset_peak(self) -> None:
         for usage in self.usage:
@@ -429,6 +430,26 @@ _USAGE = {  # the usage stats, in the order of Usage.currents()
     "active_bytes": 3,
     "requested_bytes": 4,
 }
+
+
+# as_dict's keys in the order it gathers the values, and that order sorted (once, here)
+_KEYS = (
+    *(f"{name}.{pool}.{field}" for pool in POOL_NAMES for name in STAT_NAMES for field in FIELDS),
+    *(
+        f"{name}.{field}"
+        for name in ("oversize_allocations", "oversize_segments")
+        for field in FIELDS
+    ),
+    "num_alloc_retries",
+    "num_ooms",
+    "num_sync_all_streams",
+    "num_device_alloc",
+    "num_device_free",
+    "max_split_size",
+)
+_ORDER = sorted(range(len(_KEYS)), key=_KEYS.__getitem__)
+_SORTED_KEYS = tuple(_KEYS[i] for i in _ORDER)
+_sorted_values = itemgetter(*_ORDER)
 
 
 def _group() -> tuple[Stat, Stat, Stat]:
