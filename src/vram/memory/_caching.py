@@ -375,11 +375,10 @@ class DeviceCachingAllocator:
             split = rest > SMALL_SIZE and size < self._max_split
         # inactive_split (free blocks of split segments, not expandable) as PyTorch counts it
         if split:
-            pool.take(block, size)
             split_blocks, split_bytes = (0, -size) if was_split else (1, rest)
         else:
-            pool.take(block, block.size)
             split_blocks, split_bytes = (-1, -block.size) if was_split else (0, 0)
+        pool.take(block, size if split else block.size)
         if block.segment.expandable is not None:
             split_blocks = split_bytes = 0
         block.state = ALLOCATED

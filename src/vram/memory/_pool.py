@@ -201,7 +201,9 @@ class Pool:
     # ---- the index ----------------------------------------------------------------------
     def insert(self, block: Block) -> None:
         """A FREE block enters the index. Pre: it is FREE and not in the index."""
-        found = self.index.get(block.segment.stream) or self._stream(block.segment.stream)
+        found = self.index.get(block.segment.stream)
+        if found is None:
+            found = self.index[block.segment.stream] = _StreamIndex()
         assert block.state == FREE and block.ptr not in found.blocks, "FREE blocks enter once"
         found.add(block)
         block.gc_age = self.get_free_blocks_call_count
@@ -215,29 +217,17 @@ class Pool:
     def take(self, block: Block, size: int) -> Block | None:
         """A FREE block leaves the index to be handed out, keeping its first ``size``
         bytes: when that is less than its size, the rest stays in the index as a new FREE
-        block (a split; it inherits the block's record_use events), which is returned."""
-        found = self.index[block.segment.stream]
-        found.discard(block.ptr)
-        if size == block.size:
-            return None
-        rest = self._cut(block, size, FREE)
-        found.add(rest)
-        rest.gc_age = self.get_free_blocks_call_count
-        return rest
+        block (``split``), which is returned."""
+        self.remove(block)
+        return self.split(block, size) if size < block.size else None
 
     def give(self, block: Block) -> int:
         """A block outside the index, its uses over, becomes FREE: it absorbs its FREE
         neighbours (``merge``) and enters the index. Returns how many it absorbed."""
         absorbed = self.merge(block)
         block.state = FREE
-        stream = block.segment.stream
-        (self.index.get(stream) or self._stream(stream)).add(block)
-        block.gc_age = self.get_free_blocks_call_count
+        self.insert(block)
         return absorbed
-
-    def _stream(self, stream: int) -> _StreamIndex:
-        found = self.index[stream] = _StreamIndex()
-        return found
 
     def best_fit(self, stream: int, size: int) -> Block | None:
         """The first FREE block of ``stream`` in (size, address) order with at least ``size``
@@ -297,16 +287,6 @@ class Pool:
 
         Pre: 0 < size < block.size. The rest inherits the block's record_use events.
         """
-        rest = self._cut(block, size, rest_state)
-        if rest_state == FREE:
-            self.insert(rest)
-        else:
-            self.insert_unmapped(rest)
-        return rest
-
-    @staticmethod
-    def _cut(block: Block, size: int, rest_state: int) -> Block:
-        """The tiling half of a split: the new block after ``block``'s first ``size`` bytes."""
         assert 0 < size < block.size, "a split leaves two non-empty blocks"
         rest = Block(block.ptr + size, block.size - size, block.segment, rest_state)
         after = rest.next = block.next
@@ -317,6 +297,10 @@ class Pool:
         block.size = size
         if block.use_events:
             rest.use_events = list(block.use_events)
+        if rest_state == FREE:
+            self.insert(rest)
+        else:
+            self.insert_unmapped(rest)
         return rest
 
     def merge(self, block: Block, state: int = FREE) -> int:
