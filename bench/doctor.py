@@ -22,19 +22,17 @@ Three measurements, each row of the result naming its ``measure``:
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import vram
 from _common import add_output_arguments, device_name, write_results
 from _traces import trace_files
-from trace_ops import sequence
+from trace_ops import Request, replayer, sequence, time_per_request
 from vram.memory._snapshot import _dump_snapshot, _record_memory_history
 
 TRACES = Path(__file__).resolve().parents[1] / "tests" / "data" / "traces"
@@ -49,40 +47,14 @@ REPLAY_CONFIGS = {
 }
 MODES = {"off": "off", "trace": None, "trace+stacks": "alloc"}  # label -> history context
 
-Request = tuple[bool, int, int]
-
 
 # ======================================================================== recording
-def _runner(alloc: Callable[[int], object], free: Callable[[object], None]):
-    def run(ops: list[Request]) -> None:
-        live: dict[int, object] = {}
-        for is_alloc, addr, size in ops:
-            if is_alloc:
-                live[addr] = alloc(size)
-            else:
-                free(live.pop(addr))
-        for handle in live.values():
-            free(handle)
-
-    return run
-
-
-def _timed(run, ops: list[Request]) -> float:
-    gc.disable()
-    try:
-        start = time.perf_counter_ns()
-        run(ops)
-        return (time.perf_counter_ns() - start) / len(ops) / 1e3
-    finally:
-        gc.enable()
-
-
 class _Vram:
     name = "vram"
 
     def __init__(self, device: vram.Device) -> None:
         self.device = device
-        self.run = _runner(
+        self.run = replayer(
             lambda size: vram.memory.caching_allocator_alloc(size, device),
             vram.memory.caching_allocator_delete,
         )
@@ -105,7 +77,7 @@ class _Torch:
 
         self.torch = torch
         torch.cuda.set_device(device.index)
-        self.run = _runner(torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete)
+        self.run = replayer(torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete)
 
     def history(self, mode: str | None) -> None:
         memory = self.torch.cuda.memory
@@ -140,7 +112,7 @@ def recording(device: vram.Device, traces: dict[str, list[Request]], repeats: in
             for label, mode in MODES.items():
                 peer.history(mode)
                 for trace, ops in traces.items():
-                    times.setdefault((trace, label), []).append(_timed(peer.run, ops))
+                    times.setdefault((trace, label), []).append(time_per_request(peer.run, ops))
         peer.history("off")
         for trace, ops in traces.items():
             off = statistics.median(times[trace, "off"])

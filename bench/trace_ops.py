@@ -67,7 +67,7 @@ def sequence(path: Path) -> list[Request]:
     return out
 
 
-def _replayer(alloc: Callable[[int], object], free: Callable[[object], None]) -> Runner:
+def replayer(alloc: Callable[[int], object], free: Callable[[object], None]) -> Runner:
     """Run a sequence through ``alloc(size) -> handle`` and ``free(handle)``; whatever is
     still live at the end is freed (untimed rounds leave the cache as they found it)."""
 
@@ -89,7 +89,7 @@ class _Skip(Exception):
 
 
 def _vram(device: vram.Device) -> Runner:
-    return _replayer(vram.memory.caching_allocator_alloc, vram.memory.caching_allocator_delete)
+    return replayer(vram.memory.caching_allocator_alloc, vram.memory.caching_allocator_delete)
 
 
 def _torch(device: vram.Device) -> Runner:
@@ -100,7 +100,7 @@ def _torch(device: vram.Device) -> Runner:
     except ImportError as exc:
         raise _Skip(f"torch is not importable ({exc})") from None
     torch.cuda.set_device(device.index)
-    return _replayer(torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete)
+    return replayer(torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete)
 
 
 def _cupy(device: vram.Device) -> Runner:
@@ -112,15 +112,16 @@ def _cupy(device: vram.Device) -> Runner:
         raise _Skip(f"cupy is not importable ({exc})") from None
     cupy.cuda.Device(device.index).use()
     pool = cupy.cuda.MemoryPool()
-    return _replayer(pool.malloc, lambda pointer: None)  # dropping the pointer frees it
+    return replayer(pool.malloc, lambda pointer: None)  # dropping the pointer frees it
 
 
 def _floor(device: vram.Device) -> Runner:
     pool = FloorPool()
-    return _replayer(lambda size: pool.malloc(size), pool.free)
+    return replayer(lambda size: pool.malloc(size), pool.free)
 
 
-def _time(run: Runner, ops: list[Request]) -> float:
+def time_per_request(run: Runner, ops: list[Request]) -> float:
+    """µs per request of one run of ``ops``, with the garbage collector off."""
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(options.repeats):
         for trace, ops in traces.items():
             for name, run in runners.items():
-                times.setdefault((trace, name), []).append(_time(run, ops))
+                times.setdefault((trace, name), []).append(time_per_request(run, ops))
     rows = []
     for trace, ops in traces.items():
         medians = {n: statistics.median(times[trace, n]) for n in runners}

@@ -4,41 +4,29 @@ in the same order, as vram's caching allocator."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 from pathlib import Path
 
 import pytest
 
 import vram
-from vram.tools import load_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _floor_module():
-    spec = importlib.util.spec_from_file_location("bench_floor", ROOT / "bench" / "_floor.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _requests(path: Path) -> list[tuple[bool, int, int]]:
-    out, live = [], set()
-    traces = load_snapshot(path)["device_traces"]
-    for entry in next(t for t in traces if t):
-        if entry["action"] == "alloc":
-            out.append((True, entry["addr"], max(entry["size"], 1)))
-            live.add(entry["addr"])
-        elif entry["action"] == "free_requested" and entry["addr"] in live:
-            out.append((False, entry["addr"], 0))
-            live.discard(entry["addr"])
-    return out
+@pytest.fixture
+def bench(monkeypatch):
+    """bench/ importable, as its scripts import each other (trace_ops, _floor)."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    return importlib.import_module
 
 
 @pytest.mark.parametrize("trace", ["gpt_train-default", "cnn_train-default"])
-def test_the_floor_asks_for_vrams_segments(trace, sim0):
-    requests = _requests(ROOT / "tests" / "data" / "traces" / f"{trace}.pickle.xz")
-    floor = _floor_module().FloorPool()
+def test_the_floor_asks_for_vrams_segments(trace, sim0, bench):
+    requests = bench("trace_ops").sequence(
+        ROOT / "tests" / "data" / "traces" / f"{trace}.pickle.xz"
+    )
+    floor = bench("_floor").FloorPool()
     allocator = vram.memory.DeviceCachingAllocator(sim0)
     stream = vram.default_stream(sim0).cuda_stream
     segments: list[int] = []
