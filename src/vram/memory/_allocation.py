@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .._streams import Stream, as_stream
 
 if TYPE_CHECKING:
     from .._device import Device
 
-__all__ = ["Allocation", "FreedWhenDropped"]
+__all__ = ["Allocation", "FreedWhenDropped", "FreesDropped"]
 
 
 class FreedWhenDropped:
@@ -37,6 +38,59 @@ class FreedWhenDropped:
                 self._allocator.free_later(ptr)  # type: ignore[attr-defined]
             except Exception:  # finalizers never raise
                 pass
+
+
+class FreesDropped:
+    """The device allocators' half of FreedWhenDropped (the caching allocator and the
+    cudaMallocAsync backend): ``free``, ``free_later`` and ``later``, and ``_free_dropped``,
+    which every call that takes the lock runs first. A subclass has ``_lock``, ``_dropped``
+    (a deque), ``_allocated`` (ptr -> what it handed out) and ``_free(ptr)``.
+    """
+
+    _lock: Any
+    _dropped: Any
+    _allocated: dict
+    device: Any
+
+    def free(self, ptr: int) -> None:
+        """Free an allocation (ValueError for a pointer it did not hand out).
+
+        When the lock is held (by another thread, or by this one: a finalizer that runs
+        inside an allocator call) the free is left for the allocator's next call, as
+        ``free_later``: nothing the program can observe tells the two apart, since every
+        call frees what was left before it does anything else.
+        """
+        lock = self._lock
+        if not lock.acquire(False):
+            if ptr not in self._allocated:
+                raise ValueError(f"ptr: {ptr:#x} is not a live allocation of {self.device}")
+            self._dropped.append(ptr)
+            return
+        try:
+            if self._dropped:
+                self._free_dropped()
+            self._free(ptr)
+        finally:
+            lock.release()
+
+    def free_later(self, ptr: int) -> None:
+        """Free ``ptr`` at the allocator's next call: for finalizers, which must not take
+        the lock (the allocator may be inside a call on this very thread)."""
+        self._dropped.append(ptr)
+
+    def later(self, work: Callable[[], None]) -> None:
+        """Run ``work`` under the lock at the allocator's next call (for finalizers)."""
+        self._dropped.append(work)
+
+    def _free_dropped(self) -> None:
+        """Free what finalizers dropped since the last call (and run the work they left)."""
+        dropped = self._dropped
+        while dropped:
+            item = dropped.popleft()
+            if type(item) is not int:
+                item()  # work a finalizer left (``later``)
+            elif item in self._allocated:
+                self._free(item)
 
 
 class Allocation(FreedWhenDropped):

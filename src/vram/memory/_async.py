@@ -51,6 +51,7 @@ from .._device import Device
 from .._errors import CudaError, OutOfMemoryError
 from .._streams import Stream
 from ..driver import Driver
+from ._allocation import FreesDropped
 from ._config import AllocatorConfig, _items, default_config
 from ._oom_report import format_size
 from ._stats import DeviceStats
@@ -112,7 +113,7 @@ class _Counters:
         self.num_sync_all_streams = 0
 
 
-class AsyncAllocator:
+class AsyncAllocator(FreesDropped):
     """The cudaMallocAsync backend of one device (cuda:N or sim:N); see the module
     docstring. It offers the methods of DeviceCachingAllocator."""
 
@@ -160,30 +161,6 @@ class AsyncAllocator:
         with self._lock:
             error = self._out_of_memory(size, stream)
         raise error
-
-    def free(self, ptr: int) -> None:
-        """cudaFreeAsync ``ptr`` on its stream (ValueError for a pointer it did not hand
-        out). When the lock is held, the free is left for the next call, as ``free_later``."""
-        lock = self._lock
-        if not lock.acquire(False):
-            if ptr not in self._allocated:
-                raise ValueError(f"ptr: {ptr:#x} is not a live allocation of {self.device}")
-            self._dropped.append(ptr)
-            return
-        try:
-            if self._dropped:
-                self._free_dropped()
-            self._free(ptr)
-        finally:
-            lock.release()
-
-    def free_later(self, ptr: int) -> None:
-        """Free ``ptr`` at the allocator's next call (for finalizers: no lock taken)."""
-        self._dropped.append(ptr)
-
-    def later(self, work: Callable[[], None]) -> None:
-        """Run ``work`` under the lock at the allocator's next call (for finalizers)."""
-        self._dropped.append(work)
 
     def record_stream(self, ptr: int, stream: int) -> None:
         """The allocation at ``ptr`` is used on ``stream`` too: its free waits for the work
@@ -371,16 +348,6 @@ class AsyncAllocator:
         self.used_bytes -= usage.size
         if self.recorder is not None:
             self._trace("free_requested", ptr, usage.size, usage.stream)
-
-    def _free_dropped(self) -> None:
-        """Free what finalizers dropped since the last call (and run the work they left)."""
-        dropped = self._dropped
-        while dropped:
-            item = dropped.popleft()
-            if type(item) is not int:
-                item()
-            elif item in self._allocated:
-                self._free(item)
 
     def _live(self, ptr: int, what: str) -> _Usage:
         usage = self._allocated.get(ptr)

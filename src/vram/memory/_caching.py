@@ -48,6 +48,7 @@ from typing import Any
 
 from .._device import Device
 from ..driver import Driver
+from ._allocation import FreesDropped
 from ._config import SIZE_MAX, AllocatorConfig, default_config
 from ._lifetimes import Lifetimes
 from ._oom_report import dump_on_oom, out_of_memory
@@ -73,7 +74,7 @@ __all__ = ["DeviceCachingAllocator"]
 Route = tuple[Any, Callable[[int], bool]]  # (private pool, which streams' requests it takes)
 
 
-class DeviceCachingAllocator:
+class DeviceCachingAllocator(FreesDropped):
     """The caching allocator of one device (cuda:N or sim:N)."""
 
     no_caching = False
@@ -131,36 +132,6 @@ class DeviceCachingAllocator:
             except Exception:  # an observer must not hide the OOM itself
                 pass
         raise error
-
-    def free(self, ptr: int) -> None:
-        """Free an allocation (ValueError for a pointer it did not hand out).
-
-        When the lock is held (by another thread, or by this one: a finalizer that runs
-        inside an allocator call) the free is left for the allocator's next call, as
-        ``free_later``: nothing the program can observe tells the two apart, since every
-        call frees what was left before it does anything else.
-        """
-        lock = self._lock
-        if not lock.acquire(False):
-            if ptr not in self._allocated:
-                raise ValueError(f"ptr: {ptr:#x} is not a live allocation of {self.device}")
-            self._dropped.append(ptr)
-            return
-        try:
-            if self._dropped:
-                self._free_dropped()
-            self._free(ptr)
-        finally:
-            lock.release()
-
-    def free_later(self, ptr: int) -> None:
-        """Free ``ptr`` at the allocator's next call: for finalizers, which must not take
-        the lock (the allocator may be inside a call on this very thread)."""
-        self._dropped.append(ptr)
-
-    def later(self, work: Callable[[], None]) -> None:
-        """Run ``work`` under the lock at the allocator's next call (for finalizers)."""
-        self._dropped.append(work)  # type: ignore[arg-type]
 
     def record_stream(self, ptr: int, stream: int) -> None:
         """The allocation at ``ptr`` is used on ``stream`` (PyTorch's recordStream)."""
@@ -548,16 +519,6 @@ class DeviceCachingAllocator:
             split_blocks += 1
             split_bytes += block.size
         return split_blocks, split_bytes
-
-    def _free_dropped(self) -> None:
-        """Free what finalizers dropped since the last call (and run the work they left)."""
-        dropped = self._dropped
-        while dropped:
-            item = dropped.popleft()
-            if type(item) is not int:
-                item()  # work a finalizer left (``later``)
-            elif item in self._allocated:
-                self._free(item)
 
     def _free_completed(self) -> None:
         """Return the PENDING blocks whose record_stream events have completed."""
