@@ -28,20 +28,22 @@ def test_every_dtype_has_crossovers():
 
 
 def test_default_plans_follow_the_bands():
-    """Note [LU crossovers]: blocked to 128, cuBLAS at 256, blocked to 1022, side streams
-    above; one matrix: cuSOLVER."""
+    """Note [LU crossovers]: blocked to 1024, side streams above; one matrix: cuSOLVER."""
     assert TABLE.way(32, 4096) == "blocked" and TABLE.way(128, 1024) == "blocked"
-    assert TABLE.way(256, 256) == "cublas"
+    assert TABLE.way(256, 256) == "blocked"
     assert TABLE.way(511, 64) == TABLE.way(512, 64) == "blocked"  # no cliff at 512
-    assert TABLE.way(1023, 16) == TABLE.way(1024, 16) == "streams"
+    assert TABLE.way(1023, 16) == TABLE.way(1024, 16) == "blocked"
+    assert TABLE.way(1025, 16) == "streams"
     assert TABLE.way(2047, 16) == TABLE.way(2048, 16) == "streams"
     for n in (32, 512, 2048, 4096):
         assert TABLE.way(n, 1) == "cusolver"
     assert plan_lu(32, 32, 4096, "float32") == Plan("blocked")
-    assert plan_lu(256, 256, 256, "float32") == Plan("cublas")
-    assert plan_lu(256, 200, 256, "float32").path == "streams"  # cuBLAS: square only
-    assert plan_lu(1024, 1024, 16, "float32") == Plan("streams", 8, TABLE.getrf_algo)
-    assert plan_lu(1024, 1024, 4, "float32") == Plan("streams", 4, TABLE.getrf_algo)
+    assert plan_lu(256, 256, 256, "float32") == Plan("blocked")
+    assert plan_lu(256, 200, 256, "float32") == Plan("blocked")
+    assert plan_lu(1024, 1024, 16, "float32") == Plan("blocked")
+    assert plan_lu(2048, 2048, 16, "float32") == Plan("streams", 8, TABLE.getrf_algo)
+    assert plan_lu(2048, 2048, 4, "float32") == Plan("streams", 4, TABLE.getrf_algo)
+    assert plan_lu(2048, 2048, 4, "float64") == Plan("streams", 4, TABLE.getrf_algo)
     assert plan_lu(4096, 4096, 1, "float32").path == "cusolver"
     # complex: cuBLAS to 512, side streams above
     assert plan_lu(512, 512, 64, "complex64") == Plan("cublas")
@@ -64,8 +66,11 @@ def test_a_way_that_cannot_run_gives_way_to_cusolver(monkeypatch):
 
 
 def test_a_blocked_solve_factors_blocked(sim0, monkeypatch):
-    """linalg.solve at 256 x 256: the LU table says cuBLAS, the solve table blocked; the
-    solve factors blocked (the pair that was measured)."""
+    """linalg.solve at 256 x 256 where the LU table says cuBLAS and the solve table blocked:
+    the solve factors blocked (the pair that was measured). The tables agree today, so the
+    LU table is made to disagree here."""
+    cublas = _dispatch.Crossover(bands=((_dispatch.EVERY_N, "cublas"),))
+    monkeypatch.setitem(LU_CROSSOVERS, "float64", cublas)
     ran = []
     real = _lu.factor
 

@@ -75,8 +75,8 @@ class CpuLibs:
         args = np.array(_pack(_SWAP_ARGS, lu, stride, pivots, k, m, n, k0, jb, int(pivot)))
         tiles = -(-(n - jb) // _blocked.SWAP_COLUMNS)
         done = self.kernels.emu_swap_trsm(
-            CODES[dtype], _blocked.SWAP_WIDTH, _blocked.SWAP_COLUMNS, ctypes.c_longlong(batch),
-            ctypes.c_longlong(tiles), ctypes.c_void_p(args.ctypes.data),
+            CODES[dtype], _blocked.SWAP_WIDTH, _blocked.SWAP_WARPS, _blocked.SWAP_COLUMNS,
+            ctypes.c_longlong(batch), ctypes.c_longlong(tiles), ctypes.c_void_p(args.ctypes.data),
         )  # fmt: skip
         assert done == 0
 
@@ -145,6 +145,42 @@ def test_factors_match_lapack(kernels, monkeypatch, table, shape):
     np.testing.assert_array_equal(pivots, want_pivots)
     np.testing.assert_array_equal(info, want_info)
     np.testing.assert_allclose(lu, want_lu, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_swap_trsm_composes_repeated_interchanges(kernels, dtype):
+    """One swap_trsm step alone (panel rows 20..51 of 80 x 110 matrices, columns left and
+    right of it, three tiles) with interchanges LAPACK allows but random matrices rarely
+    make: one row below the panel taken again and again, and a mix of rows inside the panel,
+    rows below it and no interchange: the same as applying them one by one, then L11^-1."""
+    batch, m, n, k0, jb = 3, 80, 110, 20, 32
+    k = min(m, n)
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((batch, m, n))
+    a[:, k0 : k0 + jb, k0 : k0 + jb] *= 0.1  # L11: well conditioned
+    ipiv = np.tile(np.arange(1, k + 1, dtype=np.int32), (batch, 1))
+    panel = np.arange(k0, k0 + jb)
+    ipiv[0, k0 : k0 + jb] = 61  # row 60 again and again
+    ipiv[1, k0 : k0 + jb] = rng.integers(panel, m) + 1  # anywhere at or below
+    ipiv[2, k0 : k0 + jb] = np.where(panel % 3 == 0, panel + 1, rng.integers(panel, k0 + jb) + 1)
+    lu = np.ascontiguousarray(np.swapaxes(a, 1, 2)).astype(dtype)  # column-major
+    libs = CpuLibs(kernels, lu)
+    libs.lu_swap_trsm(None, dtype, lu.ctypes.data, m * n, m, n, batch, k0, jb,
+                      ipiv.ctypes.data, k, True)  # fmt: skip
+
+    want = a.astype(dtype).astype(np.float64)
+    others = np.r_[0:k0, k0 + jb : n]
+    block = np.array(want[:, k0:, others])
+    for i in range(jb):  # LAPACK's interchanges, one by one
+        target = ipiv[:, k0 + i] - 1 - k0
+        kept = block[:, i].copy()
+        block[:, i] = block[np.arange(batch), target]
+        block[np.arange(batch), target] = kept
+    lower = np.tril(want[:, k0 : k0 + jb, k0 : k0 + jb], -1) + np.eye(jb)
+    right = others >= k0 + jb
+    block[:, :jb, right] = np.linalg.solve(lower, block[:, :jb, right])
+    want[:, k0:, others] = block
+    np.testing.assert_allclose(np.swapaxes(lu, 1, 2), want, rtol=TOL[dtype], atol=TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

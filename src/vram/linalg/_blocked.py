@@ -33,6 +33,7 @@ __all__ = [
     "PANELS",
     "MAX_ROWS",
     "SWAP_WIDTH",
+    "SWAP_WARPS",
     "SWAP_COLUMNS",
     "SOLVE_MAX_N",
     "SOLVE_RHS",
@@ -80,7 +81,8 @@ PANELS: dict[str, tuple[tuple[int, PanelConfig], ...]] = {
 }
 MAX_ROWS = {dtype: table[-1][0] for dtype, table in PANELS.items()}
 SWAP_WIDTH = 32  # swap_trsm's widest panel
-SWAP_COLUMNS = 128  # its threads per block, one column each
+SWAP_WARPS = 4  # its warps per block, each taking one column at a time
+SWAP_COLUMNS = 32  # its columns per block
 SOLVE_MAX_N = 1024  # the solve's one thread per row
 # right-hand sides per block: 1 when there is one, the wide tile for many of them with
 # small matrices (few threads, so many blocks otherwise), else 8 (64 registers at most:

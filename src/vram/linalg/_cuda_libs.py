@@ -23,6 +23,7 @@ from ._blocked import (
     SOLVE_RHS,
     SOLVE_WIDE,
     SWAP_COLUMNS,
+    SWAP_WARPS,
     SWAP_WIDTH,
     PanelConfig,
     Source,
@@ -84,7 +85,7 @@ def _panel_name(dtype: str, config: PanelConfig) -> str:
 
 
 def _swap_name(dtype: str) -> str:
-    return f"swap_trsm<{_LU_TYPES[dtype]}, {SWAP_WIDTH}, {SWAP_COLUMNS}>"
+    return f"swap_trsm<{_LU_TYPES[dtype]}, {SWAP_WIDTH}, {SWAP_WARPS}, {SWAP_COLUMNS}>"
 
 
 def _solve_name(dtype: str, rhs: int) -> str:
@@ -351,7 +352,7 @@ class CudaLibs:
     ) -> None:
         args = _pack(_SWAP_ARGS, lu, stride, pivots, k, m, n, k0, jb, int(pivot))
         tiles = -(-(n - jb) // SWAP_COLUMNS)
-        self._lu_launch(s, _swap_name(dtype), (batch, tiles), SWAP_COLUMNS, args)
+        self._lu_launch(s, _swap_name(dtype), (batch, tiles), 32 * SWAP_WARPS, args)
 
     def lu_update_context(self, s: Stream, dtype: str) -> tuple:
         """The cuBLAS handle on ``s`` in full precision (no TF32), and -1 and 1 as ``dtype``

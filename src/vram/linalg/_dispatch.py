@@ -4,16 +4,16 @@ Four ways to run a batch (the same on a GPU and on the simulated GPU):
 - ``"blocked"``: vram's own blocked LU and solve (``_blocked``, kernels/lu.cu): a panel
   kernel, a swap + triangular-solve kernel and one cuBLAS strided-batched GEMM per step of
   32 (or 16) columns, for the whole batch at once; one launch for a matrix of at most 32
-  columns. Real dtypes, at most ``_blocked.MAX_ROWS`` rows. Wins for batches of small and
-  middling matrices (to 128, and 301 to 1022), and every batched solve it can run.
+  columns. Real dtypes, at most ``_blocked.MAX_ROWS`` rows. Wins for batches of matrices
+  to 1024, and every batched solve it can run.
 - ``"cublas"``: cuBLAS's batched routine (getrfBatched / getrsBatched), one launch for the
-  whole batch; square matrices only. Wins for a batch of 256 x 256 matrices (and for the
-  complex types, which have no blocked LU, to 512).
+  whole batch; square matrices only. Wins for the complex types (which have no blocked LU)
+  to 512.
 - ``"cusolver"``: cuSOLVER's routine (getrf / getrs) for each matrix in turn on the current
   stream, with ONE workspace (queried once) for the whole batch. Wins for one matrix.
 - ``"streams"``: the same cuSOLVER calls spread round robin over side streams, each with
   its own workspace, joined to the current stream by events. Wins for batches of large
-  matrices (from 1023), where one matrix leaves most of the GPU idle.
+  matrices (from 1025; complex from 513), where one matrix leaves most of the GPU idle.
 
 The choice reads ``vram.backends.cuda.preferred_linalg_library()`` at each call: "default"
 follows the crossover tables below; "cublas" takes cuBLAS wherever it applies (batches of
@@ -76,37 +76,37 @@ class Crossover:
 
 
 # Note [LU crossovers]: fp32 lu_factor on an H100, ms per call (lower wins), from the run
-# that set these bands (bench/results/linalg-cuda0-*.json as of commit 30837ef; the later
-# run there, with these bands in use, finds the same fastest ways, 8 and 16 side streams
-# within 1% of each other). ``python bench/linalg.py --suggest`` prints such a table from a
-# result. Random normal matrices, the call synchronizing (info is checked):
+# that set these bands (bench/results/linalg-cuda0-*.json; ``python bench/linalg.py
+# --suggest`` prints such a table from a result). Random normal matrices, the call
+# synchronizing (info is checked):
 #
 #   n x batch    blocked  cublas  cusolver  streams 8  streams 16   torch best (setting)
-#     32 x 4096    0.153   0.250      -          -          -        0.110 (cusolver)
-#    128 x 1024    1.697   2.013      -          -          -        1.583 (cusolver)
-#    256 x 256     3.435   2.736      -        17.03        -        2.467 (cusolver)
-#    511 x 64      6.081  12.119    62.75      24.98        -        6.820 (default)
-#    512 x 64      5.110  11.034    61.69      24.41      24.45      6.409 (default)
-#   1023 x 16     12.053     -      33.63      11.87      11.90     19.762 (default)
-#   1024 x 16     12.149     -      33.62      12.14      12.08     19.879 (default)
-#   2047 x 16     49.641     -      80.65      25.64      25.92     66.166 (default)
-#   2048 x 16     46.831     -      79.81      25.30      28.28     64.964 (default)
-#    512 x 1       1.857     -       1.188       -          -        1.017 (default)
-#   2048 x 1      10.645     -       5.282       -          -        5.048 (cusolver)
-#   4096 x 1         -       -      13.128       -          -       12.785 (default)
+#     32 x 4096    0.145   0.246      -          -          -        0.107 (cusolver)
+#    128 x 1024    0.958   1.829      -          -          -        1.593 (cusolver)
+#    256 x 256     1.228   2.671      -        16.88        -        2.433 (cusolver)
+#    511 x 64      2.340  11.93     62.53      24.87        -        6.040 (default)
+#    512 x 64      2.366  10.99     61.83      24.37      24.14      5.656 (default)
+#   1023 x 16      5.186     -      34.01      12.30      12.26     17.45  (default)
+#   1024 x 16      5.073     -      33.52      12.08      12.06     19.40  (default)
+#   2047 x 16     26.19      -      80.76      25.93      25.74     67.90  (default)
+#   2048 x 16     25.10      -      79.78      25.26      25.09     66.14  (default)
+#    512 x 1       1.551     -       1.109       -          -        1.003 (default)
+#   2048 x 1       8.980     -       5.128       -          -        4.984 (cusolver)
+#   4096 x 1         -       -      12.99        -          -       12.67  (default)
 #
-# So, for batches: vram's blocked LU to n = 128, cuBLAS's batched LU at 256 (blocked is
-# 1.26x slower there; the band ends at 300, between the two measured sizes, where the
-# two rates cross when interpolated), blocked again to 1022 (2.2x faster than cuBLAS at
-# 512), and from 1023 the spread over 8 side streams (1023 to 2048 x 16: 8 streams beat 16
-# and blocked, which is 2x slower at 2048). One matrix: cuSOLVER (it beats blocked at 512
-# and 2048 by 1.6-2x). The bands were measured at the batches above (16 to 4096); other
-# batches take the same bands. float64 takes float32's bands (not measured; its blocked LU
-# reaches 1024 rows); the complex types (no blocked LU) take the first run's library
-# crossovers: cuBLAS to 512 (10.9-12.3 ms at 511/512 x 64 vs 24-25 over side streams),
-# side streams above (11.5 vs 69 at 1024 x 16).
-_REAL_LU = Crossover(bands=((128, "blocked"), (300, "cublas"), (1022, "blocked"),
-                            (EVERY_N, "streams")))  # fmt: skip
+# So, for batches: vram's blocked LU to n = 1024 (2.2x faster than cuBLAS at 256, 4.7x at
+# 512, 2.4x faster than the side streams at 1024), and above it the spread over 8 side
+# streams (at 2047 and 2048 blocked and 8 or 16 side streams are within 3% of each other;
+# float64's blocked LU stops at 1024 rows). One matrix: cuSOLVER (it beats blocked at 512
+# and 2048 by 1.4-1.8x: one matrix's panels leave all but one multiprocessor idle). The
+# bands were measured at the batches above (16 to 4096); other batches take the same
+# bands, and float64 takes float32's (not measured). The complex types (no blocked LU)
+# take the first run's library crossovers: cuBLAS to 512 (10.9-12.3 ms at 511/512 x 64
+# vs 24-25 over side streams), side streams above (11.5 vs 69 at 1024 x 16).
+#
+# (Before swap_trsm took a warp per column, blocked lost to cuBLAS at 256 x 256 and to the
+# side streams from 1023: the interchanges cost one memory latency each.)
+_REAL_LU = Crossover(bands=((1024, "blocked"), (EVERY_N, "streams")))
 _COMPLEX = Crossover(bands=((512, "cublas"), (EVERY_N, "streams")))
 LU_CROSSOVERS: dict[str, Crossover] = {
     "float32": _REAL_LU,
@@ -119,11 +119,11 @@ LU_CROSSOVERS: dict[str, Crossover] = {
 # call, 1 / 64 right-hand sides, the same result file; well-conditioned systems (A + sqrt(n) I):
 #
 #   n x batch    blocked        cublas         streams 8      cusolver       torch best
-#     32 x 4096  0.268 / 0.547  0.503 / 0.803       -              -        0.182 / 0.506
-#    256 x 256   1.745 / 2.298  2.451 / 2.582       -              -        2.224 / 2.294
-#    512 x 64    3.144 / 3.370  10.23 / 10.47  25.87 / 27.10       -        6.876 / 7.194
-#   1024 x 16    6.665 / 6.822       -         12.83 / 13.29  37.65 / 42.57 20.68 / 23.33
-#   4096 x 1          -              -              -         13.67 / 15.14 13.18 / 14.61
+#     32 x 4096  0.260 / 0.558  0.415 / 0.811       -              -        0.183 / 0.502
+#    256 x 256   1.625 / 2.003  2.535 / 2.579       -              -        2.181 / 2.293
+#    512 x 64    2.882 / 2.955  10.31 / 10.29  25.84 / 27.02       -        6.771 / 6.797
+#   1024 x 16    6.145 / 6.291       -         12.54 / 13.00  37.59 / 42.39 20.09 / 20.07
+#   4096 x 1          -              -              -         13.63 / 15.00 13.16 / 14.60
 #
 # vram's blocked solve (its factorization, then its one-kernel solve) wins every batched
 # row it can run (to 1024); a solve that takes it factors with it too, whatever the LU

@@ -51,6 +51,31 @@ template <typename T> T __shfl_xor_sync(unsigned, T value, int offset) {
     return other;
 }
 
+template <typename T> T __shfl_sync(unsigned, T value, int source) {
+    using namespace cuda_on_cpu;
+    const unsigned t = threadIdx.x;
+    std::memcpy(exchange[t], &value, sizeof(T));
+    warp_barriers[t / 32]->arrive_and_wait();
+    T other;
+    std::memcpy(&other, exchange[(t & ~31u) + ((unsigned)source & 31u)], sizeof(T));
+    warp_barriers[t / 32]->arrive_and_wait();
+    return other;
+}
+
+inline unsigned __ballot_sync(unsigned, bool predicate) {
+    using namespace cuda_on_cpu;
+    const unsigned t = threadIdx.x;
+    exchange[t][0] = predicate ? 1 : 0;
+    warp_barriers[t / 32]->arrive_and_wait();
+    unsigned bits = 0;
+    for (unsigned lane = 0; lane < 32; ++lane)
+        if (exchange[(t & ~31u) + lane][0]) bits |= 1u << lane;
+    warp_barriers[t / 32]->arrive_and_wait();
+    return bits;
+}
+
+inline int __ffs(int x) { return x == 0 ? 0 : __builtin_ctz((unsigned)x) + 1; }
+
 namespace cuda_on_cpu {
 // Run ``kernel`` (a callable taking no argument) over ``grid`` blocks of ``block.x`` threads
 // (a multiple of 32), one block after another.

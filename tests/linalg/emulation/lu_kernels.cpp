@@ -39,14 +39,14 @@ extern "C" int emu_panel(int dtype, int threads, int rows, int width, long long 
     return -1;
 }
 
-extern "C" int emu_swap_trsm(int dtype, int width, int cols, long long batch, long long tiles,
-                             const SwapArgs* args) {
-    if (width != 32 || cols != 128) return -1;
+extern "C" int emu_swap_trsm(int dtype, int width, int warps, int cols, long long batch,
+                             long long tiles, const SwapArgs* args) {
+    if (width != 32 || warps != 4 || cols != 32) return -1;
     dim3 grid{(unsigned)batch, (unsigned)tiles, 1};
     if (dtype == 0)
-        launch(grid, dim3{128, 1, 1}, [&] { swap_trsm<float, 32, 128>(*args); });
+        launch(grid, dim3{128, 1, 1}, [&] { swap_trsm<float, 32, 4, 32>(*args); });
     else
-        launch(grid, dim3{128, 1, 1}, [&] { swap_trsm<double, 32, 128>(*args); });
+        launch(grid, dim3{128, 1, 1}, [&] { swap_trsm<double, 32, 4, 32>(*args); });
     return 0;
 }
 

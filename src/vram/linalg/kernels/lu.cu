@@ -8,7 +8,8 @@
 //   final place at the end. Pivots are LAPACK's (1-based, absolute row numbers); info is
 //   the first zero pivot (1-based), as getrf's.
 // - swap_trsm: the panel's row interchanges applied, in order, to every other column, and
-//   the columns right of the panel solved with the panel's unit lower triangle (U12).
+//   the columns right of the panel solved with the panel's unit lower triangle (U12); a
+//   warp per column, the interchanges composed into one gather first.
 // - the trailing update A22 -= L21 U12 is one cuBLAS strided-batched GEMM (the caller's).
 // getrs solves op(A) X = B from the factors: one block per matrix and RT right-hand sides,
 // one thread per row.
@@ -323,53 +324,82 @@ struct SwapArgs {
     i64 pivot;
 };
 
-// One thread per column outside the panel [k0, k0 + jb), blockIdx.x the matrix: the panel's
-// interchanges (rows k0 + c and ipiv[k0 + c] - 1, for c in order), then, right of the panel,
-// rows [k0, k0 + jb) <- L11^-1 rows [k0, k0 + jb) (L11 unit lower, from the panel).
-template <typename T, int NB, int COLS>
-__global__ void __launch_bounds__(COLS) swap_trsm(const SwapArgs args) {
+// The panel's row interchanges applied to every column outside the panel [k0, k0 + jb), and
+// right of the panel rows [k0, k0 + jb) <- L11^-1 rows [k0, k0 + jb) (L11 unit lower, from
+// the panel). blockIdx.x is the matrix, blockIdx.y a tile of COLS columns; a warp takes one
+// column at a time (lane i: row k0 + i), COLS / WARPS of them.
+//
+// LAPACK applies the interchanges one after another (rows k0 + c and ipiv[k0 + c] - 1, for
+// c in order). Each warp first composes them into one gather: lane i < jb learns the row
+// whose value ends in row k0 + i (``top``), and lane t < moved the t-th row below the
+// panel's rows that changes (``out_row``) and the row its value comes from (``out_src``).
+// A column then reads every value it needs at once, and writes them after: one memory
+// latency a column, not one per interchange.
+template <typename T, int NB, int WARPS, int COLS>
+__global__ void __launch_bounds__(WARPS * 32) swap_trsm(const SwapArgs args) {
+    static_assert(NB <= 32 && COLS % WARPS == 0, "a lane per panel row; whole warps");
     __shared__ T lower[NB][NB + 1];
-    __shared__ T x[NB][COLS];
-    __shared__ i64 target[NB];
+    __shared__ int target[NB];  // ipiv[k0 + c] - 1 - k0: the row (from k0) c swaps with
 
+    const unsigned all = 0xffffffffu;
     const i64 b = blockIdx.x;
     const int tid = threadIdx.x;
-    const i64 m = args.m, n = args.n, k0 = args.k0, jb = args.jb;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const i64 m = args.m, n = args.n, k0 = args.k0;
+    const int jb = (int)args.jb;
     T* a = reinterpret_cast<T*>(args.lu) + b * args.lu_stride;
-    for (i64 e = tid; e < jb * jb; e += COLS) {
-        const i64 i = e % jb, c = e / jb;
-        lower[i][c] = a[(k0 + i) + (k0 + c) * m];
+    const i64 tile = (i64)blockIdx.y * COLS;  // this block's first column, panel skipped
+    if (tile + COLS > k0) {  // some column right of the panel: L11 is needed
+        for (int e = tid; e < jb * jb; e += WARPS * 32) {
+            const int i = e % jb, c = e / jb;
+            lower[i][c] = a[(k0 + i) + (k0 + c) * m];
+        }
     }
     if (tid < jb) {
         const int* ipiv = reinterpret_cast<const int*>(args.ipiv) + b * args.ipiv_stride;
-        target[tid] = args.pivot ? (i64)ipiv[k0 + tid] - 1 : k0 + tid;
+        target[tid] = args.pivot ? (int)(ipiv[k0 + tid] - 1 - k0) : tid;
     }
     __syncthreads();
 
-    const i64 q = (i64)blockIdx.y * COLS + tid;
-    if (q >= n - jb) return;  // no barrier below
-    const i64 j = q < k0 ? q : q + jb;
-    T* col = a + j * m;
-    for (i64 c = 0; c < jb; ++c) x[c][tid] = col[k0 + c];
-    for (i64 c = 0; c < jb; ++c) {
-        const i64 r = target[c];
-        if (r == k0 + c) continue;
-        const T kept = x[c][tid];
-        if (r < k0 + jb) {
-            x[c][tid] = x[r - k0][tid];
-            x[r - k0][tid] = kept;
-        } else {
-            x[c][tid] = col[r];
-            col[r] = kept;
+    int top = lane, out_row = -1, out_src = -1, moved = 0;  // rows counted from k0
+    for (int c = 0; c < jb; ++c) {
+        const int r = target[c];  // the same in every lane
+        if (r == c) continue;
+        if (r < jb) {  // two of the panel's rows
+            const int at_c = __shfl_sync(all, top, c), at_r = __shfl_sync(all, top, r);
+            if (lane == c) top = at_r;
+            if (lane == r) top = at_c;
+        } else {  // a row below them: its slot in the list, new or not
+            const unsigned found = __ballot_sync(all, out_row == r);
+            const int slot = found ? __ffs((int)found) - 1 : moved;
+            if (!found) {
+                if (lane == slot) out_row = out_src = r;
+                ++moved;
+            }
+            const int at_c = __shfl_sync(all, top, c), at_r = __shfl_sync(all, out_src, slot);
+            if (lane == c) top = at_r;
+            if (lane == slot) out_src = at_c;
         }
     }
-    if (j > k0) {
-        for (i64 c = 0; c + 1 < jb; ++c) {
-            const T xc = x[c][tid];
-            for (i64 i = c + 1; i < jb; ++i) x[i][tid] -= lower[i][c] * xc;
+
+    for (int t = warp; t < COLS; t += WARPS) {
+        const i64 q = tile + t;
+        if (q >= n - jb) break;  // the same in every lane of the warp
+        const i64 j = q < k0 ? q : q + jb;
+        T* col = a + k0 + j * m;
+        T x = lane < jb ? col[top] : T(0);
+        const T y = lane < moved ? col[out_src] : T(0);
+        __syncwarp();  // every read of the column before any write
+        if (lane < moved) col[out_row] = y;
+        if (j > k0) {
+            for (int c = 0; c + 1 < jb; ++c) {
+                const T xc = __shfl_sync(all, x, c);
+                if (lane > c && lane < jb) x -= lower[lane][c] * xc;
+            }
         }
+        if (lane < jb) col[lane] = x;
     }
-    for (i64 c = 0; c < jb; ++c) col[k0 + c] = x[c][tid];
 }
 
 struct SolveArgs {
