@@ -144,6 +144,34 @@ def test_high_dimensional_strided_copy():
     np.testing.assert_array_equal(t.contiguous().numpy(), values.transpose(7, 6, 5, 4, 3, 2, 1, 0))
 
 
+@pytest.mark.parametrize("dt", all_dtypes, ids=lambda d: d.name)
+def test_transposing_copies_run_tiled_and_match_numpy(dt):
+    """Copies whose two sides are contiguous along different dimensions take copy_tiled
+    (32 x 32 tiles through shared memory): sizes off the tile, a batch, a sliced batch, a
+    permutation of four dimensions, and a transposed destination."""
+    from vram.ops import _launch
+
+    a = random(dt, (3, 50, 70))
+    t = vram.tensor(a, device=CUDA)
+    cases = [
+        (t.transpose(-2, -1), a.transpose(0, 2, 1)),
+        (t[::2, 5:, :].transpose(-2, -1), a[::2, 5:, :].transpose(0, 2, 1)),
+        (t.permute(2, 0, 1), a.transpose(2, 0, 1)),
+    ]
+    b = random(dt, (2, 9, 40, 33))
+    u = vram.tensor(b, device=CUDA)
+    cases.append((u.permute(3, 0, 2, 1), b.transpose(3, 0, 2, 1)))
+    for view, want in cases:
+        out = vram.empty(tuple(view.shape), dtype=dt, device=CUDA)
+        assert _launch.tiled_dims(out, view) is not None
+        out.copy_(view)
+        np.testing.assert_array_equal(out.numpy(), want)
+    target = vram.empty((3, 70, 50), dtype=dt, device=CUDA)
+    assert _launch.tiled_dims(target.transpose(-2, -1), t) is not None
+    target.transpose(-2, -1).copy_(t)  # into a transposed view: the same tiles
+    np.testing.assert_array_equal(target.numpy(), a.transpose(0, 2, 1))
+
+
 def test_cuda_array_interface_fields():
     t = vram.zeros(4, 6, dtype=vram.float16, device=CUDA)
     cai = t.__cuda_array_interface__

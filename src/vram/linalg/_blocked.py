@@ -89,7 +89,7 @@ SOLVE_MAX_N = 1024  # the solve's one thread per row
 # a block may have 1024 threads; 32 doubles would spill)
 SOLVE_RHS = 8
 SOLVE_WIDE = {"float32": 32, "float64": 16}
-SOLVE_WIDE_MAX_N = 128
+SOLVE_WIDE_MAX_N = 128  # kernels/lu.cu: a wide tile's block has at most 128 threads
 
 
 def solve_tile(dtype: str, n: int, nrhs: int) -> int:

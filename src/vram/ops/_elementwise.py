@@ -89,6 +89,11 @@ def _copy_cpu(out: np.ndarray, src: np.ndarray) -> None:
 
 @copy_op.impl("cuda", dtypes=_ALL)
 def _copy_cuda(stream: Stream, out: Tensor, src: Tensor) -> None:
+    if out.dtype == src.dtype:
+        dims = _launch.tiled_dims(out, src)
+        if dims is not None:  # a batch of transposes: coalesced on both sides
+            _launch.launch_tiled(_source(), out, src, dims, stream)
+            return
     name = f"vram::copy<{_launch.c_type(out.dtype)}, {_launch.c_type(src.dtype)}>"
     _launch.launch(_source(), name, [out, src], (), stream)
 
@@ -142,6 +147,7 @@ def cuda_kernel_names() -> dict[str, list[str]]:
     names = {
         "fill": [f"vram::fill<{c}>" for c in types],
         "copy": [f"vram::copy<{a}, {b}>" for a in types for b in types],
+        "copy_tiled": [f"vram::copy_tiled<{e}>" for e in _launch.BITS_TYPES.values()],
     }
     for name, functor in _CUDA_OPS.items():
         supported = [_launch.c_type(d) for d in all_dtypes if d in BINARY_OPS[name]]

@@ -28,12 +28,24 @@ __all__ = [
     "c_type",
     "layout",
     "launch",
+    "tiled_dims",
+    "launch_tiled",
+    "BITS_TYPES",
 ]
 
 MAX_DIMS = 8  # dimensions a kernel takes after coalescing (kMaxDims in the .cu)
 _MAX_OPERANDS = 3  # kMaxOperands in the .cu
 _BLOCK = 256  # threads per block
 _MAX_BLOCKS = 65536  # blocks per launch; the kernels loop over the rest (grid-stride)
+_TILE = 32  # copy_tiled's tiles are _TILE x _TILE elements, a block (_TILE, _TILE_ROWS)
+_TILE_ROWS = 8
+BITS_TYPES = {  # element size -> a type of that size that copy_tiled moves as bits
+    1: "unsigned char",
+    2: "unsigned short",
+    4: "unsigned int",
+    8: "unsigned long long",
+    16: "vram::complex128",
+}
 KERNEL_DIR = Path(__file__).parent / "kernels"
 
 # struct Layout { long long ndim, numel, shape[8], stride[3][8]; }
@@ -135,3 +147,45 @@ def launch(source: str, name: str, tensors: list[Tensor], values: tuple, stream:
     blocks = min(-(-numel // _BLOCK), _MAX_BLOCKS)
     args = (*(t.data_ptr() for t in tensors), *values, layout(tensors))
     driver.launch(kernel, (blocks, 1, 1), (_BLOCK, 1, 1), args, stream.cuda_stream)
+
+
+def tiled_dims(out: Tensor, src: Tensor) -> tuple[int, int] | None:
+    """(p, q): the coalesced dimensions along which ``out`` and ``src`` (one shape) are
+    contiguous, when they differ and both span at least a tile's quarter: a batch of
+    transposes, which ``copy_tiled`` runs coalesced on both sides. None otherwise."""
+    return _tiled_dims(tuple(out.shape), (out.stride(), src.stride()))
+
+
+@lru_cache(maxsize=1024)
+def _tiled_dims(
+    shape: tuple[int, ...], operand_strides: tuple[tuple[int, ...], ...]
+) -> tuple[int, int] | None:
+    shape_list, (out_strides, src_strides) = _coalesce(shape, list(operand_strides))
+    if len(shape_list) > MAX_DIMS:
+        return None
+    p = out_strides.index(1) if 1 in out_strides else None
+    q = src_strides.index(1) if 1 in src_strides else None
+    if p is None or q is None or p == q:
+        return None
+    if min(shape_list[p], shape_list[q]) < _TILE // 4:
+        return None
+    return p, q
+
+
+def launch_tiled(
+    source: str, out: Tensor, src: Tensor, dims: tuple[int, int], stream: Stream
+) -> None:
+    """``out`` <- ``src`` (one dtype) by ``copy_tiled``, with ``dims`` from ``tiled_dims``."""
+    p, q = dims
+    packed = layout([out, src])
+    shape = packed["shape"]
+    tiles = -(-int(shape[p]) // _TILE) * -(-int(shape[q]) // _TILE)
+    tiles *= out.numel() // (int(shape[p]) * int(shape[q]))
+    if tiles == 0:
+        return
+    device = stream.device
+    name = f"vram::copy_tiled<{BITS_TYPES[out.dtype.itemsize]}>"
+    kernel = device.driver.compile(device.index, source, name)
+    args = (out.data_ptr(), src.data_ptr(), np.int32(p), np.int32(q), packed)
+    grid = (min(tiles, _MAX_BLOCKS), 1, 1)
+    device.driver.launch(kernel, grid, (_TILE, _TILE_ROWS, 1), args, stream.cuda_stream)

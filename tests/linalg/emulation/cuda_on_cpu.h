@@ -27,6 +27,7 @@ inline dim3 gridDim;
 #define __forceinline__ inline
 #define __launch_bounds__(threads)
 #define __shared__ static
+#define __align__(bytes) alignas(bytes)
 
 namespace cuda_on_cpu {
 inline std::barrier<>* block_barrier = nullptr;

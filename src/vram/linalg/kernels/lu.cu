@@ -423,13 +423,18 @@ struct SolveArgs {
 // row's values through shared memory (two buffers, alternating, so one barrier a step).
 // Every read of B comes before the first step's barrier and every write of X after the
 // last one, so B may be X (in place).
+// A wide tile (RT > 8) runs only for n <= 128 (``_blocked.SOLVE_WIDE_MAX_N``): at most 128
+// threads and rows, so it may use more registers (so may AHEAD, the factors read ahead)
+// and less shared memory.
 template <typename T, int RT>
-__global__ void __launch_bounds__(1024) getrs(const SolveArgs args) {
-    __shared__ int order[1024];        // row r of P B is row order[r] of B (for A^T: row r
-                                       // of X is the solved row order[r])
-    __shared__ int destination[1024];  // for A^T: where the solved row r goes in X
-    __shared__ int swaps[1024];        // the pivots, 0-based
-    __shared__ T shared[2][RT];
+__global__ void __launch_bounds__(RT > 8 ? 128 : 1024) getrs(const SolveArgs args) {
+    constexpr int AHEAD = (RT > 8 || RT * sizeof(T) <= 32) ? 8 : 4;  // no spill at 64 registers
+    constexpr int MAX_N = RT > 8 ? 128 : 1024;  // smaller arrays: more blocks per multiprocessor
+    __shared__ int order[MAX_N];        // row r of P B is row order[r] of B (for A^T: row r
+                                        // of X is the solved row order[r])
+    __shared__ int destination[MAX_N];  // for A^T: where the solved row r goes in X
+    __shared__ int swaps[MAX_N];        // the pivots, 0-based
+    __align__(16) __shared__ T shared[2][RT];  // aligned: a step reads it as vectors
 
     const i64 b = blockIdx.x;
     const int i = threadIdx.x;
@@ -465,43 +470,65 @@ __global__ void __launch_bounds__(1024) getrs(const SolveArgs args) {
             v[r] = first + r < args.nrhs ? rhs[from * args.b_row + (first + r) * args.b_col] : T(0);
     }
 
-    i64 step = 0;
+    // Each step needs one factor per thread, read AHEAD steps at a time before their
+    // barriers, so that a step waits on a barrier and not on memory; the diagonal that a
+    // thread divides by is read once.
+    const T diag = i < n ? lu[i + (i64)i * n] : T(1);
+    int step = 0;
     // forward: L (unit lower) or U^T (lower)
-    for (i64 k = 0; k < n; ++k, ++step) {
-        const int buf = step & 1;
-        if (i == k) {
-            if (transposed) {
-                const T d = lu[k + k * n];
+    for (i64 k0 = 0; k0 < n; k0 += AHEAD) {
+        T l[AHEAD];
 #pragma unroll
-                for (int r = 0; r < RT; ++r) v[r] /= d;
-            }
-#pragma unroll
-            for (int r = 0; r < RT; ++r) shared[buf][r] = v[r];
+        for (int t = 0; t < AHEAD; ++t) {
+            const i64 k = k0 + t;
+            l[t] = (k < n && i > k && i < n) ? (transposed ? lu[k + i * n] : lu[i + k * n]) : T(0);
         }
-        __syncthreads();
-        if (i > k && i < n) {
-            const T l = transposed ? lu[k + i * n] : lu[i + k * n];
 #pragma unroll
-            for (int r = 0; r < RT; ++r) v[r] -= l * shared[buf][r];
+        for (int t = 0; t < AHEAD; ++t, ++step) {
+            const i64 k = k0 + t;
+            if (k >= n) break;  // the same in every thread
+            const int buf = step & 1;
+            if (i == k) {
+                if (transposed) {
+#pragma unroll
+                    for (int r = 0; r < RT; ++r) v[r] /= diag;
+                }
+#pragma unroll
+                for (int r = 0; r < RT; ++r) shared[buf][r] = v[r];
+            }
+            __syncthreads();
+            if (i > k && i < n) {
+#pragma unroll
+                for (int r = 0; r < RT; ++r) v[r] -= l[t] * shared[buf][r];
+            }
         }
     }
     // backward: U (upper) or L^T (unit upper)
-    for (i64 k = n - 1; k >= 0; --k, ++step) {
-        const int buf = step & 1;
-        if (i == k) {
-            if (!transposed) {
-                const T d = lu[k + k * n];
+    for (i64 k0 = n - 1; k0 >= 0; k0 -= AHEAD) {
+        T u[AHEAD];
 #pragma unroll
-                for (int r = 0; r < RT; ++r) v[r] /= d;
-            }
-#pragma unroll
-            for (int r = 0; r < RT; ++r) shared[buf][r] = v[r];
+        for (int t = 0; t < AHEAD; ++t) {
+            const i64 k = k0 - t;
+            u[t] = (k >= 0 && i < k) ? (transposed ? lu[k + i * n] : lu[i + k * n]) : T(0);
         }
-        __syncthreads();
-        if (i < k) {
-            const T u = transposed ? lu[k + i * n] : lu[i + k * n];
 #pragma unroll
-            for (int r = 0; r < RT; ++r) v[r] -= u * shared[buf][r];
+        for (int t = 0; t < AHEAD; ++t, ++step) {
+            const i64 k = k0 - t;
+            if (k < 0) break;  // the same in every thread
+            const int buf = step & 1;
+            if (i == k) {
+                if (!transposed) {
+#pragma unroll
+                    for (int r = 0; r < RT; ++r) v[r] /= diag;
+                }
+#pragma unroll
+                for (int r = 0; r < RT; ++r) shared[buf][r] = v[r];
+            }
+            __syncthreads();
+            if (i < k) {
+#pragma unroll
+                for (int r = 0; r < RT; ++r) v[r] -= u[t] * shared[buf][r];
+            }
         }
     }
 

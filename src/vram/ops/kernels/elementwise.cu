@@ -1,4 +1,5 @@
-// vram's elementwise kernels: fill, copy (with a dtype cast) and the binary arithmetic ops.
+// vram's elementwise kernels: fill, copy (with a dtype cast; tiled for transposes) and the
+// binary arithmetic ops.
 //
 // Every kernel is strided: a Layout gives the (coalesced) shape and, per operand, the strides
 // in elements, outermost dimension first. Pointers already point at element 0 of each
@@ -151,6 +152,40 @@ template <typename To, typename From> __global__ void copy(To* out, const From* 
     for (long long i = first_index(); i < l.numel; i += grid_step()) {
         offsets<2>(l, i, off);
         out[off[0]] = convert<To>(src[off[1]]);
+    }
+}
+
+// A copy without a cast whose operands are contiguous along different dimensions (a batch
+// of transposes, as in A.mT.contiguous()): 32 x 32 tiles through shared memory, so that
+// the reads and the writes are both coalesced. Dimension p is the one the output walks
+// contiguously, q the source's; a block takes a tile at a time, the other dimensions
+// named by the tile's index. E is any type of the elements' size (the bits are copied).
+template <typename E> __global__ void copy_tiled(E* out, const E* src, int p, int q, Layout l) {
+    __shared__ E tile[32][33];
+    const long long np = l.shape[p], nq = l.shape[q];
+    const long long tiles_p = (np + 31) / 32, tiles_q = (nq + 31) / 32;
+    const long long tiles = tiles_p * tiles_q * (l.numel / (np * nq));
+    const int x = threadIdx.x;
+    for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const long long p0 = (t % tiles_p) * 32, q0 = (t / tiles_p % tiles_q) * 32;
+        long long rest = t / (tiles_p * tiles_q), at_out = 0, at_src = 0;
+        for (int d = static_cast<int>(l.ndim) - 1; d >= 0; --d) {
+            if (d == p || d == q) continue;
+            const long long index = rest % l.shape[d];
+            rest /= l.shape[d];
+            at_out += index * l.stride[0][d];
+            at_src += index * l.stride[1][d];
+        }
+        for (int y = threadIdx.y; y < 32; y += blockDim.y) {  // read along q
+            const long long i = p0 + y, j = q0 + x;
+            if (i < np && j < nq) tile[y][x] = src[at_src + i * l.stride[1][p] + j * l.stride[1][q]];
+        }
+        __syncthreads();
+        for (int y = threadIdx.y; y < 32; y += blockDim.y) {  // write along p
+            const long long i = p0 + x, j = q0 + y;
+            if (i < np && j < nq) out[at_out + i * l.stride[0][p] + j * l.stride[0][q]] = tile[x][y];
+        }
+        __syncthreads();  // the tile is read before the next one is written
     }
 }
 
