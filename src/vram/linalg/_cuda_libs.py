@@ -407,5 +407,5 @@ class CudaLibs:
         args = _pack(_SOLVE_ARGS, lu, n * n, pivots, n, b, b_batch, b_row, b_col, x, n * nrhs,
                      n, nrhs, int(transposed))  # fmt: skip
         threads = -(-n // 32) * 32
-        grid = (batch, -(-nrhs // rhs))
+        grid = (batch * -(-nrhs // rhs), 1)  # a matrix's tiles adjacent (kernels/lu.cu)
         self._lu_launch(s, _solve_name(dtype, rhs), grid, threads, args)

@@ -52,7 +52,7 @@ extern "C" int emu_swap_trsm(int dtype, int width, int warps, int cols, long lon
 
 extern "C" int emu_getrs(int dtype, int rhs, int threads, long long batch, long long tiles,
                          const SolveArgs* args) {
-    dim3 grid{(unsigned)batch, (unsigned)tiles, 1}, block{(unsigned)threads, 1, 1};
+    dim3 grid{(unsigned)(batch * tiles), 1, 1}, block{(unsigned)threads, 1, 1};
     if (dtype == 0 && rhs == 1) launch(grid, block, [&] { getrs<float, 1>(*args); });
     else if (dtype == 0 && rhs == 8) launch(grid, block, [&] { getrs<float, 8>(*args); });
     else if (dtype == 1 && rhs == 1) launch(grid, block, [&] { getrs<double, 1>(*args); });

@@ -436,10 +436,13 @@ __global__ void __launch_bounds__(RT > 8 ? 128 : 1024) getrs(const SolveArgs arg
     __shared__ int swaps[MAX_N];        // the pivots, 0-based
     __align__(16) __shared__ T shared[2][RT];  // aligned: a step reads it as vectors
 
-    const i64 b = blockIdx.x;
+    // blockIdx.x is (matrix, tile of RT right-hand sides), the tiles of a matrix adjacent:
+    // they run together, and its factors are read from memory once, then from L2
+    const i64 tiles = (args.nrhs + RT - 1) / RT;
+    const i64 b = blockIdx.x / tiles;
     const int i = threadIdx.x;
     const i64 n = args.n;
-    const i64 first = (i64)blockIdx.y * RT;  // this block's first right-hand side
+    const i64 first = (i64)(blockIdx.x % tiles) * RT;  // this block's first right-hand side
     const bool transposed = args.trans != 0;
     const T* lu = reinterpret_cast<const T*>(args.lu) + b * args.lu_stride;
     const int* ipiv = reinterpret_cast<const int*>(args.ipiv) + b * args.ipiv_stride;
