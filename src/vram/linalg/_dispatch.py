@@ -76,8 +76,9 @@ class Crossover:
 
 
 # Note [LU crossovers]: fp32 lu_factor on an H100, ms per call (lower wins), from the run
-# that set these bands (bench/results/linalg-cuda0-*.json; ``python bench/linalg.py
-# --suggest`` prints such a table from a result). Random normal matrices, the call
+# that set these bands (commit 5104545; the later run in bench/results/linalg-cuda0-*.json,
+# with the tiled copy and the faster getrs, finds the same fastest ways; ``python
+# bench/linalg.py --suggest`` prints such a table from a result). Random normal matrices, the call
 # synchronizing (info is checked):
 #
 #   n x batch    blocked  cublas  cusolver  streams 8  streams 16   torch best (setting)
