@@ -41,26 +41,25 @@ inline void __syncwarp(unsigned = 0xffffffffu) {
     cuda_on_cpu::warp_barriers[threadIdx.x / 32]->arrive_and_wait();
 }
 
-template <typename T> T __shfl_xor_sync(unsigned, T value, int offset) {
-    using namespace cuda_on_cpu;
+namespace cuda_on_cpu {
+// Every thread of the warp offers ``value`` and gets the one thread ``source`` offered.
+template <typename T> T exchange_value(T value, unsigned source) {
     const unsigned t = threadIdx.x;
     std::memcpy(exchange[t], &value, sizeof(T));
     warp_barriers[t / 32]->arrive_and_wait();
     T other;
-    std::memcpy(&other, exchange[t ^ (unsigned)offset], sizeof(T));
+    std::memcpy(&other, exchange[source], sizeof(T));
     warp_barriers[t / 32]->arrive_and_wait();
     return other;
 }
+}  // namespace cuda_on_cpu
 
-template <typename T> T __shfl_sync(unsigned, T value, int source) {
-    using namespace cuda_on_cpu;
-    const unsigned t = threadIdx.x;
-    std::memcpy(exchange[t], &value, sizeof(T));
-    warp_barriers[t / 32]->arrive_and_wait();
-    T other;
-    std::memcpy(&other, exchange[(t & ~31u) + ((unsigned)source & 31u)], sizeof(T));
-    warp_barriers[t / 32]->arrive_and_wait();
-    return other;
+template <typename T> T __shfl_xor_sync(unsigned, T value, int offset) {
+    return cuda_on_cpu::exchange_value(value, threadIdx.x ^ (unsigned)offset);
+}
+
+template <typename T> T __shfl_sync(unsigned, T value, int lane) {
+    return cuda_on_cpu::exchange_value(value, (threadIdx.x & ~31u) + ((unsigned)lane & 31u));
 }
 
 inline unsigned __ballot_sync(unsigned, bool predicate) {
