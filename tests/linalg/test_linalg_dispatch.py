@@ -66,11 +66,9 @@ def test_a_way_that_cannot_run_gives_way_to_cusolver(monkeypatch):
 
 
 def test_a_blocked_solve_factors_blocked(sim0, monkeypatch):
-    """linalg.solve at 256 x 256 where the LU table says cuBLAS and the solve table blocked:
-    the solve factors blocked (the pair that was measured). The tables agree today, so the
-    LU table is made to disagree here."""
-    cublas = _dispatch.Crossover(bands=((_dispatch.EVERY_N, "cublas"),))
-    monkeypatch.setitem(LU_CROSSOVERS, "float64", cublas)
+    """linalg.solve and inv at 256 x 256: the LU table factors blocked where the solve
+    table solves blocked (the pair that was measured); with cuSOLVER preferred, both
+    leave vram's kernels."""
     ran = []
     real = _lu.factor
 
@@ -80,9 +78,11 @@ def test_a_blocked_solve_factors_blocked(sim0, monkeypatch):
         return plan
 
     monkeypatch.setattr(_solve, "factor", spy)
+    for dtype in ("float32", "float64"):
+        for n in (32, 256, 1024):
+            assert plan_solve(n, 1, 4, dtype).path == plan_lu(n, n, 4, dtype).path == "blocked"
     rng = np.random.default_rng(0)
     A = vram.tensor(rng.standard_normal((2, 256, 256)) + 16 * np.eye(256), device=sim0)
-    assert plan_lu(256, 256, 2, "float64").path == "cublas"
     vram.linalg.solve(A, vram.tensor(rng.standard_normal((2, 256, 1)), device=sim0))
     assert ran == ["blocked"]
     vram.backends.cuda.preferred_linalg_library("cusolver")

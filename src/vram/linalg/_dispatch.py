@@ -127,8 +127,8 @@ LU_CROSSOVERS: dict[str, Crossover] = {
 #   4096 x 1          -              -              -         13.63 / 15.00 13.16 / 14.60
 #
 # vram's blocked solve (its factorization, then its one-kernel solve) wins every batched
-# row it can run (to 1024); a solve that takes it factors with it too, whatever the LU
-# table says (that is what was measured). Above 1024 the spread over side streams (the
+# row it can run (to 1024); the LU table factors those same batches blocked, so a solve
+# runs the measured pair. Above 1024 the spread over side streams (the
 # libraries' best batched way at 1024 x 16); one matrix: cuSOLVER. Complex: as for LU.
 _REAL_SOLVE = Crossover(bands=((1024, "blocked"), (EVERY_N, "streams")))
 SOLVE_CROSSOVERS: dict[str, Crossover] = {

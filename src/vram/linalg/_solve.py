@@ -4,8 +4,8 @@
   plan ``_dispatch.plan_solve`` picks: vram's blocked solve (one kernel, ``_blocked``, which
   reads B where it lies: no copy of it), cuBLAS getrsBatched over device pointer arrays,
   or cuSOLVER getrs per matrix on the current stream or over side streams.
-- solve and inv factor A the way the solve runs when that is vram's blocked solve (the
-  pair was measured: Note [Solve crossovers]), else by the LU table.
+- solve and inv factor A by the LU table; where they solve with vram's blocked solve, that
+  table factors blocked too (the pair measured in Note [Solve crossovers]).
 - det and slogdet factor A^T when A is contiguous (row-major A's memory read column-major
   *is* A^T), which saves the transposing copy: det(A^T) = det(A). solve and inv factor A
   itself, so that their info (and errors) name A's zero pivot, as PyTorch's do.
@@ -267,12 +267,10 @@ def lu_solve(
 # ---- solve ---------------------------------------------------------------------------------
 
 
-def _factor_for_solve(
-    A: Tensor, transpose: bool = False, plan: Plan | None = None
-) -> tuple[Tensor, Tensor, Tensor, bool]:
+def _factor_for_solve(A: Tensor, transpose: bool = False) -> tuple[Tensor, Tensor, Tensor, bool]:
     """(lu, pivots, info, transposed): the LU factors of A; with ``transpose``, of A^T
-    (``transposed``) when A is contiguous, which saves the transposing copy. ``plan``: the
-    factorization's way (default: the LU table's)."""
+    (``transposed``) when A is contiguous, which saves the transposing copy. The LU table
+    picks the way."""
     *batch, n, _ = A.shape
     transposed = transpose and A.is_contiguous()
     if transposed:
@@ -283,17 +281,8 @@ def _factor_for_solve(
         lu = column_major_empty(tuple(batch), n, n, A)
         source = A
     pivots, info = pivots_and_info(tuple(batch), n, A.device)
-    factor(lu, pivots, info, plan=plan, source=source if A.numel() else None)
+    factor(lu, pivots, info, source=source if A.numel() else None)
     return lu, pivots, info, transposed
-
-
-def _solve_plans(A: Tensor, nrhs: int, batch: tuple[int, ...]) -> tuple[Plan | None, Plan]:
-    """(the factorization's plan, the solve's) for solving with A: a solve that runs
-    blocked factors blocked too (Note [Solve crossovers]: that is what was measured);
-    otherwise the factorization follows the LU table (None)."""
-    n = A.shape[-1]
-    plan = plan_solve(n, nrhs, math.prod(batch), A.dtype.name)
-    return (plan if plan.path == "blocked" else None), plan
 
 
 def _is_vector_rhs(A: Tensor, B: Tensor) -> bool:
@@ -312,8 +301,8 @@ def _solve_ex(api: str, A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tenso
     n = A.shape[-1]
     _check_rhs(api, n, rhs, left)
     batch = _checks.broadcast_batch(api, ("A", A), ("B", rhs))
-    factor_plan, plan = _solve_plans(A, rhs.shape[-1] if left else rhs.shape[-2], batch)
-    lu, pivots, info, _ = _factor_for_solve(A, plan=factor_plan)
+    plan = plan_solve(n, rhs.shape[-1] if left else rhs.shape[-2], math.prod(batch), A.dtype.name)
+    lu, pivots, info, _ = _factor_for_solve(A)
     lu, pivots = _packed_factors(lu, pivots, batch)
     trans = OP_N if left else OP_T  # right: A^T X^T = B^T
     x = _solve_packed(lu, pivots, rhs, left, trans, False, plan)
@@ -346,8 +335,8 @@ def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
 def _inv_ex(api: str, A: Tensor) -> tuple[Tensor, Tensor]:
     _checks.check_matrix(api, A)
     *batch, n, _ = A.shape
-    factor_plan, plan = _solve_plans(A, n, tuple(batch))
-    lu, pivots, info, _ = _factor_for_solve(A, plan=factor_plan)
+    plan = plan_solve(n, n, math.prod(batch), A.dtype.name)
+    lu, pivots, info, _ = _factor_for_solve(A)
     x = column_major_empty(tuple(batch), n, n, A)
     x.zero_()
     if x.numel():  # the identity: ones on the diagonal of every matrix
