@@ -295,8 +295,10 @@ class Driver(ABC):
         args: tuple[KernelArg, ...],
         stream: int,
         shared_mem: int = 0,
+        cluster: int = 1,
     ) -> None:
-        """Launch a compiled kernel on ``stream``."""
+        """Launch a compiled kernel on ``stream``; ``cluster``: blocks per thread block
+        cluster along x (compute capability 9.0 and later), 1 for none."""
         raise NotImplementedError(f"the {self.kind} driver does not launch CUDA kernels")
 
     # ---- graphs: stream capture and replay -----------------------------------------

@@ -170,6 +170,28 @@ def _dim3(dims: tuple[int, ...]) -> tuple[int, int, int]:
     return dims + (1,) * (3 - len(dims))
 
 
+def _cluster_launch(
+    grid: tuple[int, ...], block: tuple[int, ...], shared_mem: int, hstream: Any, cluster: int
+) -> Any:
+    """cuLaunchKernelEx's configuration for clusters of ``cluster`` blocks along x."""
+    grid_x, grid_y, grid_z = _dim3(grid)
+    if cluster < 1 or grid_x % cluster:
+        raise ValueError(f"cluster: expected a divisor of the grid's x ({grid_x}), got {cluster}")
+    config = cu.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid_x, grid_y, grid_z
+    config.blockDimX, config.blockDimY, config.blockDimZ = _dim3(block)
+    config.sharedMemBytes = shared_mem
+    config.hStream = hstream
+    attribute = cu.CUlaunchAttribute()
+    attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attribute.value.clusterDim.x = cluster
+    attribute.value.clusterDim.y = 1
+    attribute.value.clusterDim.z = 1
+    config.attrs = [attribute]
+    config.numAttrs = 1
+    return config
+
+
 class CudaDriver(Driver):
     """Every call vram makes on a real NVIDIA GPU, through cuda.bindings' driver API."""
 
@@ -591,19 +613,26 @@ class CudaDriver(Driver):
         args: tuple[KernelArg, ...],
         stream: int,
         shared_mem: int = 0,
+        cluster: int = 1,
     ) -> None:
         """Launch ``kernel`` on ``stream`` (stream 0: the kernel's device's legacy stream).
 
         ``args`` follow the kernel's parameters: ints for pointers, NumPy scalars for values.
+        ``cluster`` > 1: thread block clusters of that many blocks along x (cuLaunchKernelEx;
+        the grid's x a multiple of it).
         """
         hstream = self._stream(stream, kernel.device)
         storage = [_kernel_arg(arg) for arg in args]  # alive until cuLaunchKernel copied them
         pointers = np.array([_address(value) for value in storage], dtype=np.uint64)
         params = pointers.ctypes.data if storage else 0
-        result = cu.cuLaunchKernel(
-            kernel.function, *_dim3(grid), *_dim3(block), shared_mem, hstream, params, 0
-        )
-        _check("cuLaunchKernel", result)
+        if cluster == 1:
+            result = cu.cuLaunchKernel(
+                kernel.function, *_dim3(grid), *_dim3(block), shared_mem, hstream, params, 0
+            )
+            _check("cuLaunchKernel", result)
+            return
+        config = _cluster_launch(grid, block, shared_mem, hstream, cluster)
+        _check("cuLaunchKernelEx", cu.cuLaunchKernelEx(config, kernel.function, params, 0))
 
     # ---- graphs: stream capture and replay -----------------------------------------
     def stream_begin_capture(self, stream: int, mode: str = "global") -> None:
