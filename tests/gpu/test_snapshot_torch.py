@@ -41,6 +41,8 @@ def _workload(device) -> None:
 def vram_pickle(request, tmp_path):
     device = vram.device(request.param)
     path = tmp_path / "vram.pickle"
+    # cached segments left by earlier tests would serve the workload without a cudaMalloc
+    vram.memory.empty_cache(device)
     _record_memory_history(device=device)
     try:
         _workload(device)
