@@ -17,7 +17,7 @@ import pytest
 
 import vram
 from vram.driver import cuda_usable
-from vram.linalg import LinAlgError, _dispatch, _lu, _solve
+from vram.linalg import LinAlgError, _blocked, _dispatch, _lu, _solve
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_usable(), reason="no CUDA GPU")]
 
@@ -196,11 +196,16 @@ def test_the_64_bit_api_matches_pytorch(monkeypatch, algo):
         close(X, torch.linalg.solve(T.mH, TB), vram.complex64, scale=10)
 
 
+@pytest.mark.parametrize("panels", ["clusters", "blocks"])
 @pytest.mark.parametrize("n", [33, 700])
 @pytest.mark.parametrize("dt", [vram.float32, vram.float64], ids=["float32", "float64"])
-def test_blocked_lu_and_solve_match_pytorch(dt, n):
+def test_blocked_lu_and_solve_match_pytorch(monkeypatch, dt, n, panels):
     """vram's own kernels (kernels/lu.cu) over several panels: pivots as PyTorch's, X for
-    1 and 11 right-hand sides (two blocks of 8), left and right, B read where it lies."""
+    1 and 11 right-hand sides (two blocks of 8), left and right, B read where it lies. The
+    tall panels of this batch of 3 go to clusters of blocks (``CLUSTER_FROM``), or to a
+    block a matrix where the table is emptied."""
+    if panels == "blocks":
+        monkeypatch.setattr(_blocked, "CLUSTER_FROM", ())
     shift = 4 * np.sqrt(n) * np.eye(n)
     a = (random((3, n, n), dt, seed=n) + shift).astype(dt.np)  # float32 stays float32
     A, T = on_both(a)
@@ -218,6 +223,62 @@ def test_blocked_lu_and_solve_match_pytorch(dt, n):
             close(got, torch.linalg.solve(T, TBT, left=False), dt, scale=100)
             got = vram.linalg.lu_solve(LU, pivots, B, adjoint=True)
             close(got, torch.linalg.lu_solve(want.LU, want.pivots, TB, adjoint=True), dt, 100)
+
+
+def reconstructs(LU: vram.Tensor, pivots: vram.Tensor, a: np.ndarray, atol: float) -> None:
+    """P L U == A for each matrix of ``a`` (n x n; pivots may differ from another library's
+    on near ties, the product may not)."""
+    lu, piv = LU.numpy().reshape(a.shape), pivots.numpy().reshape(-1, a.shape[-1])
+    n = a.shape[-1]
+    for i, matrix in enumerate(a.reshape(-1, n, n)):
+        lower = np.tril(lu.reshape(-1, n, n)[i], -1) + np.eye(n)
+        product = lower.astype(np.float64) @ np.triu(lu.reshape(-1, n, n)[i]).astype(np.float64)
+        for k in range(n - 1, -1, -1):
+            p = piv[i, k] - 1
+            product[[k, p]] = product[[p, k]]
+        np.testing.assert_allclose(product, matrix, atol=atol)
+
+
+@pytest.mark.parametrize("n", [300, 1000, 2049, 4096])
+@pytest.mark.parametrize("dt", [vram.float32, vram.float64], ids=["float32", "float64"])
+def test_cluster_panels_match_pytorch(dt, n):
+    """One matrix over cluster panels (8 blocks a panel, distributed shared memory; every
+    table row from 1024 to 8192 rows is reached: 4096 starts in the last, 2049 in the third):
+    pivots and info as PyTorch's (cuSOLVER's) where no two candidates tie closely; P L U = A
+    for a random matrix; a solve."""
+    assert vram.get_device_properties(CUDA).major >= 9, "cluster panels need sm_90"
+    shift = 4 * np.sqrt(n) * np.eye(n)
+    a = (random((n, n), dt, seed=n) + shift).astype(dt.np)
+    A, T = on_both(a)
+    with _dispatch.forced("blocked"):
+        LU, pivots, info = vram.linalg.lu_factor_ex(A)
+        want = torch.linalg.lu_factor_ex(T)
+        np.testing.assert_array_equal(pivots.numpy(), want.pivots.cpu().numpy())
+        assert int(info.item()) == 0
+        close(LU, want.LU, dt, scale=10 * np.sqrt(n))
+        b = random((n, 3), dt, seed=1)
+        (B, TB) = on_both(b)
+        close(vram.linalg.solve(A, B), torch.linalg.solve(T, TB), dt, scale=100)
+        raw = random((n, n), dt, seed=n + 1)
+        LU, pivots, info = vram.linalg.lu_factor_ex(vram.tensor(raw, device=CUDA))
+        assert int(info.item()) == 0
+        reconstructs(LU, pivots, raw, atol=(2e-3 if dt == vram.float32 else 1e-9) * np.sqrt(n))
+
+
+@pytest.mark.parametrize("pivot", [True, False])
+def test_cluster_panels_report_zero_pivots_as_pytorch(pivot):
+    """A zero column in the third panel and an exactly singular trailing block: info is the
+    first zero pivot, as cuSOLVER's; without pivoting, the trivial permutation."""
+    n = 1500
+    a = random((n, n), vram.float64, seed=3) + 4 * np.sqrt(n) * np.eye(n)
+    a[:, 70] = 0
+    A, T = on_both(a)
+    with _dispatch.forced("blocked"):
+        LU, pivots, info = vram.linalg.lu_factor_ex(A, pivot=pivot)
+    want = torch.linalg.lu_factor_ex(T, pivot=pivot)
+    assert int(info.item()) == int(want.info.item()) == 71
+    np.testing.assert_array_equal(pivots.numpy(), want.pivots.cpu().numpy())
+    close(LU, want.LU, vram.float64, scale=1e3)
 
 
 def test_default_dispatch_at_the_crossovers_matches_pytorch():

@@ -28,23 +28,26 @@ def test_every_dtype_has_crossovers():
 
 
 def test_default_plans_follow_the_bands():
-    """Note [LU crossovers]: blocked to 1024, side streams above; one matrix: cuSOLVER."""
+    """Note [LU crossovers]: blocked to 2048, side streams above; one matrix: cuSOLVER."""
     assert TABLE.way(32, 4096) == "blocked" and TABLE.way(128, 1024) == "blocked"
     assert TABLE.way(256, 256) == "blocked"
     assert TABLE.way(511, 64) == TABLE.way(512, 64) == "blocked"  # no cliff at 512
     assert TABLE.way(1023, 16) == TABLE.way(1024, 16) == "blocked"
-    assert TABLE.way(1025, 16) == "streams"
-    assert TABLE.way(2047, 16) == TABLE.way(2048, 16) == "streams"
+    assert TABLE.way(2047, 16) == TABLE.way(2048, 16) == "blocked"
+    assert TABLE.way(2049, 16) == "streams"
     for n in (32, 512, 2048, 4096):
         assert TABLE.way(n, 1) == "cusolver"
     assert plan_lu(32, 32, 4096, "float32") == Plan("blocked")
     assert plan_lu(256, 256, 256, "float32") == Plan("blocked")
     assert plan_lu(256, 200, 256, "float32") == Plan("blocked")
     assert plan_lu(1024, 1024, 16, "float32") == Plan("blocked")
-    assert plan_lu(2048, 2048, 16, "float32") == Plan("streams", 8, TABLE.getrf_algo)
-    assert plan_lu(2048, 2048, 4, "float32") == Plan("streams", 4, TABLE.getrf_algo)
-    assert plan_lu(2048, 2048, 4, "float64") == Plan("streams", 4, TABLE.getrf_algo)
+    assert plan_lu(2048, 2048, 16, "float32") == Plan("blocked")
+    assert plan_lu(4096, 4096, 4, "float32") == Plan("streams", 4, TABLE.getrf_algo)
     assert plan_lu(4096, 4096, 1, "float32").path == "cusolver"
+    # float64's panels of one block stop at 1024 rows: past it, cluster panels (batches of
+    # up to 16, on devices that have clusters: the sim is an H100) or the side streams
+    assert plan_lu(2048, 2048, 16, "float64") == Plan("blocked")
+    assert plan_lu(2048, 2048, 17, "float64") == Plan("streams", 8, TABLE.getrf_algo)
     # complex: cuBLAS to 512, side streams above
     assert plan_lu(512, 512, 64, "complex64") == Plan("cublas")
     assert plan_lu(513, 513, 64, "complex64").path == "streams"
@@ -52,6 +55,31 @@ def test_default_plans_follow_the_bands():
     assert plan_solve(1024, 4, 16, "float32") == Plan("blocked")
     assert plan_solve(1025, 4, 16, "float64").path == "streams"
     assert plan_solve(8, 4, 64, "complex128") == Plan("cublas")
+
+
+def test_without_clusters_tall_batches_go_to_the_side_streams(monkeypatch):
+    """On a device before sm_90 there are no cluster panels: float64 past 1024 rows is
+    factored by cuSOLVER over side streams; float32 keeps its panels of one block to 2048."""
+    monkeypatch.setattr(_blocked, "clusters_on", lambda device: False)
+    assert plan_lu(2048, 2048, 4, "float64") == Plan("streams", 4, TABLE.getrf_algo)
+    assert plan_lu(2048, 2048, 4, "float32") == Plan("blocked")
+
+
+def test_cluster_panels_take_tall_panels_of_small_batches():
+    """``CLUSTER_FROM``: batches of up to 16, panels of 257 rows or more; the rest, and
+    every panel on a device without clusters, a block a matrix."""
+    cluster = _blocked.panel_config("float32", 2048, 16, clusters=True)
+    assert cluster.blocks == _blocked.CLUSTER and cluster.threads * cluster.blocks == 2048
+    assert _blocked.panel_config("float32", 8192, 1, clusters=True).blocks == _blocked.CLUSTER
+    for rows, batch, clusters in ((2048, 17, True), (256, 16, True), (2048, 16, False)):
+        assert _blocked.panel_config("float32", rows, batch, clusters).blocks == 1
+    assert _blocked.supports("float64", 8192, 8192, 16, clusters=True)
+    assert not _blocked.supports("float64", 8193, 8193, 16, clusters=True)
+    assert not _blocked.supports("float64", 2048, 2048, 16, clusters=False)
+    for dtype, table in _blocked.CLUSTER_PANELS.items():
+        for most, config in table:  # each covers its rows exactly: 8 blocks of whole warps
+            assert config.blocks * config.threads * config.rows == most, (dtype, config)
+            assert config.threads % 32 == 0 and config.width <= _blocked.SWAP_WIDTH
 
 
 def test_a_way_that_cannot_run_gives_way_to_cusolver(monkeypatch):

@@ -42,11 +42,13 @@ def test_the_blocked_lu_kernels_compile():
     except Exception as exc:  # the NVRTC library itself is missing on this machine
         pytest.skip(f"NVRTC cannot be loaded: {exc}")
     names = lu_kernel_names()
-    assert len(names) == 7 + 6 + 2 * (1 + 3)  # panels; swap_trsm and 3 getrs per dtype
+    # block panels (7 float, 6 double), cluster panels (4 each); swap_trsm and 3 getrs each
+    assert len(names) == 7 + 6 + 2 * 4 + 2 * (1 + 3)
     panels = [name for name in names if "panel" in name]
     chosen = [name for name in names if "panel" not in name]
-    chosen += ["vram_lu::panel_warp<float>", "vram_lu::panel<double, 256, 2, 32>"]
-    assert set(chosen) <= set(names) and len(panels) == 13
+    chosen += ["vram_lu::panel_warp<float>", "vram_lu::panel<double, 1, 256, 2, 32>"]
+    chosen += ["vram_lu::panel<float, 8, 1024, 1, 32>", "vram_lu::panel<double, 8, 1024, 1, 16>"]
+    assert set(chosen) <= set(names) and len(panels) == 21
     program = compile_program(LU_SOURCE.read_text(), "sm_90", tuple(chosen))
     assert program.kind == "cubin"
     for name in chosen:

@@ -66,7 +66,8 @@ class CpuLibs:
         src, src_batch, src_row, src_col = source
         args = np.array(_pack(_PANEL_ARGS, lu, stride, src, src_batch, src_row, src_col, pivots,
                               k, info, m, k0, jb, int(pivot)))  # fmt: skip
-        threads, rows, width = config
+        threads, rows, width, blocks = config
+        assert blocks == 1, "the emulation runs one block at a time: no clusters"
         done = self.kernels.emu_panel(CODES[dtype], threads, rows, width, ctypes.c_longlong(batch),
                                       ctypes.c_void_p(args.ctypes.data))  # fmt: skip
         assert done == 0, f"no emulated panel {config}"

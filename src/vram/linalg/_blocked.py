@@ -11,7 +11,9 @@ panel by column panel [k0, k0 + jb):
 3. ``lu_update``: A22 -= L21 U12, one strided-batched GEMM (cuBLAS's, in full precision).
 
 A block holds ``threads * rows`` rows of ``width`` columns (``panel_config``, by the rows
-left), so the panels of one matrix get wider as it shrinks. A matrix one panel covers
+left), so the panels of one matrix get wider as it shrinks. On sm_90 and later, the tall
+panels of one matrix (``CLUSTER_FROM``) are held by a cluster of ``CLUSTER`` blocks instead,
+which take up to ``CLUSTER_MAX_ROWS`` rows. A matrix one panel covers
 (n <= m and n <= width) is factored by one launch, which reads the input where it lies (any strides)
 instead of a copy of it. No workspace, no pointer arrays: the factors, pivots and info are
 all the memory a call needs.
@@ -32,6 +34,10 @@ __all__ = [
     "PanelConfig",
     "PANELS",
     "MAX_ROWS",
+    "CLUSTER",
+    "CLUSTER_PANELS",
+    "CLUSTER_MAX_ROWS",
+    "CLUSTER_FROM",
     "SWAP_WIDTH",
     "SWAP_WARPS",
     "SWAP_COLUMNS",
@@ -39,6 +45,7 @@ __all__ = [
     "SOLVE_RHS",
     "SOLVE_WIDE",
     "solve_tile",
+    "clusters_on",
     "supports",
     "panel_config",
     "one_panel",
@@ -49,11 +56,13 @@ __all__ = [
 
 
 class PanelConfig(NamedTuple):
-    """A panel kernel's shape: ``threads`` per block, ``rows`` per thread, ``width`` columns."""
+    """A panel kernel's shape: ``threads`` per block, ``rows`` per thread, ``width`` columns,
+    and ``blocks`` per matrix (more than one: a thread block cluster, sm_90)."""
 
     threads: int
     rows: int
     width: int
+    blocks: int = 1
 
 
 # (most rows, the config): registers per thread are rows * width elements, kept under what
@@ -80,6 +89,40 @@ PANELS: dict[str, tuple[tuple[int, PanelConfig], ...]] = {
     ),
 }
 MAX_ROWS = {dtype: table[-1][0] for dtype, table in PANELS.items()}
+
+# Panels held by a cluster of CLUSTER blocks (one matrix's panel over 8 multiprocessors, on
+# devices of compute capability 9.0 and later): the blocks offer their best rows through
+# distributed shared memory and meet at the cluster barrier once a column. For batches of
+# a few tall matrices, where a block per matrix would leave most of the GPU idle and take
+# thousands of rows alone. ``CLUSTER_FROM`` (largest batch, fewest rows), from an H100
+# (fp32 lu_factor, ms; one block a matrix / a cluster a matrix / 8 side streams):
+#
+#   1024 x 4    3.51 / 2.83 /  4.06      2048 x 2    8.92 /  6.29 /  6.30
+#   1024 x 16   4.35 / 3.76 / 11.3       2048 x 4   11.0  /  7.45 /  8.39
+#   1024 x 64   8.74 / 8.64 / 42.9       2048 x 16  23.2  / 15.7  / 24.0
+#    512 x 16   1.50 / 1.45 /  6.31      4096 x 4     -   / 30.0  / 23.4
+#    512 x 64   2.11 / 2.20 / 24.1
+#
+# Not for one matrix: a column costs a cluster barrier (0.7 us alone) and more, so one
+# 4096 x 4096 matrix took 16.5 ms over cluster panels, 12.7 with cuSOLVER's getrf.
+CLUSTER = 8
+CLUSTER_PANELS: dict[str, tuple[tuple[int, PanelConfig], ...]] = {
+    "float32": (
+        (1024, PanelConfig(128, 1, 32, CLUSTER)),
+        (2048, PanelConfig(256, 1, 32, CLUSTER)),
+        (4096, PanelConfig(512, 1, 32, CLUSTER)),
+        (8192, PanelConfig(1024, 1, 32, CLUSTER)),
+    ),
+    "float64": (
+        (1024, PanelConfig(128, 1, 32, CLUSTER)),
+        (2048, PanelConfig(256, 1, 32, CLUSTER)),
+        (4096, PanelConfig(512, 1, 32, CLUSTER)),
+        (8192, PanelConfig(1024, 1, 16, CLUSTER)),
+    ),
+}
+CLUSTER_MAX_ROWS = {dtype: table[-1][0] for dtype, table in CLUSTER_PANELS.items()}
+# (largest batch, fewest rows a cluster panel takes)
+CLUSTER_FROM: tuple[tuple[int, int], ...] = ((16, 257),)
 SWAP_WIDTH = 32  # swap_trsm's widest panel
 SWAP_WARPS = 4  # its warps per block, each taking one column at a time
 SWAP_COLUMNS = 32  # its columns per block
@@ -101,24 +144,47 @@ def solve_tile(dtype: str, n: int, nrhs: int) -> int:
     return SOLVE_RHS
 
 
-def supports(dtype: str, m: int, n: int) -> bool:
-    """Whether an m x n matrix of ``dtype`` can be factored here."""
+def clusters_on(device: Any) -> bool:
+    """Whether ``device`` runs thread block clusters (compute capability 9.0 and later; the
+    simulated GPU is an H100)."""
+    if device.type not in ("cuda", "sim"):
+        return False
+    return device.driver.properties(device.index).major >= 9
+
+
+def _cluster_panel(rows: int, batch: int) -> bool:
+    for most_batch, fewest_rows in CLUSTER_FROM:
+        if batch <= most_batch:
+            return rows >= fewest_rows
+    return False
+
+
+def supports(dtype: str, m: int, n: int, batch: int = 2, clusters: bool = False) -> bool:
+    """Whether ``batch`` m x n matrices of ``dtype`` can be factored here; ``clusters``:
+    whether the device runs cluster panels."""
     limit = MAX_ROWS.get(dtype)
+    if limit is not None and clusters and _cluster_panel(m, batch):
+        limit = max(limit, CLUSTER_MAX_ROWS[dtype])
     return limit is not None and 0 < m <= limit and n > 0
 
 
-def panel_config(dtype: str, rows: int) -> PanelConfig:
-    """The panel kernel for a panel of ``rows`` rows (at most MAX_ROWS[dtype])."""
-    for most, config in PANELS[dtype]:
+def panel_config(dtype: str, rows: int, batch: int = 2, clusters: bool = False) -> PanelConfig:
+    """The panel kernel for a panel of ``rows`` rows of ``batch`` matrices (at most
+    MAX_ROWS[dtype], or CLUSTER_MAX_ROWS[dtype] where cluster panels take it)."""
+    cluster = clusters and _cluster_panel(rows, batch)
+    table = CLUSTER_PANELS[dtype] if cluster else PANELS[dtype]
+    for most, config in table:
         if rows <= most:
             return config
-    raise ValueError(f"rows: at most {MAX_ROWS[dtype]} for {dtype}, got {rows}")
+    raise ValueError(f"rows: at most {table[-1][0]} for {dtype}, got {rows}")
 
 
-def one_panel(dtype: str, m: int, n: int) -> bool:
+def one_panel(dtype: str, m: int, n: int, batch: int = 2, clusters: bool = False) -> bool:
     """Whether one panel covers every column (n <= m, and n <= its width): one launch,
     reading the input in place."""
-    return supports(dtype, m, n) and n <= min(m, panel_config(dtype, m).width)
+    if not supports(dtype, m, n, batch, clusters):
+        return False
+    return n <= min(m, panel_config(dtype, m, batch, clusters).width)
 
 
 Source = tuple[int, int, int, int]  # (pointer, batch stride, row stride, column stride)
@@ -136,19 +202,21 @@ def factor(
     info: int,
     pivot: bool,
     source: Source | None = None,
+    clusters: bool = False,
 ) -> None:
     """P A = L U for ``batch`` m x n column-major matrices at ``lu`` (m * n apart): pivots
     (min(m, n) int32 per matrix) and info (one int32 each) as getrf's. ``source``: read the
-    input there instead (one panel only: see ``one_panel``). Queued on ``stream``."""
+    input there instead (one panel only: see ``one_panel``). ``clusters``: whether the
+    device runs cluster panels. Queued on ``stream``."""
     k = min(m, n)
     stride = m * n
-    if source is not None and not one_panel(dtype, m, n):
+    if source is not None and not one_panel(dtype, m, n, batch, clusters):
         raise ValueError("source: only a matrix that one panel covers is read in place")
     own = (lu, stride, 1, m)
     update = None
     k0 = 0
     while k0 < k:
-        config = panel_config(dtype, m - k0)
+        config = panel_config(dtype, m - k0, batch, clusters)
         jb = min(config.width, k - k0)
         read = source if (source is not None and k0 == 0) else own
         libs.lu_panel(stream, dtype, config, lu, stride, m, batch, read, k0, jb, pivots, k, info,

@@ -19,6 +19,7 @@ from .. import memory
 from .._streams import Stream
 from ..blas import cublas_workspace_size
 from ._blocked import (
+    CLUSTER_PANELS,
     PANELS,
     SOLVE_RHS,
     SOLVE_WIDE,
@@ -81,7 +82,7 @@ def _panel_name(dtype: str, config: PanelConfig) -> str:
     t = _LU_TYPES[dtype]
     if config == _WARP_PANEL:
         return f"panel_warp<{t}>"
-    return f"panel<{t}, {config.threads}, {config.rows}, {config.width}>"
+    return f"panel<{t}, {config.blocks}, {config.threads}, {config.rows}, {config.width}>"
 
 
 def _swap_name(dtype: str) -> str:
@@ -96,7 +97,8 @@ def lu_kernel_names() -> list[str]:
     """Every kernel instance of kernels/lu.cu that the blocked LU may launch."""
     names = []
     for dtype, table in PANELS.items():
-        names += [_LU_NS + _panel_name(dtype, config) for _, config in table]
+        panels = table + CLUSTER_PANELS[dtype]
+        names += [_LU_NS + _panel_name(dtype, config) for _, config in panels]
         names.append(_LU_NS + _swap_name(dtype))
         names += [_LU_NS + _solve_name(dtype, rhs) for rhs in (1, SOLVE_RHS, SOLVE_WIDE[dtype])]
     return names
@@ -303,7 +305,13 @@ class CudaLibs:
 
     # ---- the blocked LU (kernels/lu.cu, ``_blocked``) -------------------------------------
     def _lu_launch(
-        self, s: Stream, name: str, grid: tuple[int, int], threads: int, args: np.void
+        self,
+        s: Stream,
+        name: str,
+        grid: tuple[int, int],
+        threads: int,
+        args: np.void,
+        cluster: int = 1,
     ) -> None:
         key = (s.device.index, name)
         kernel = self._lu_kernels.get(key)
@@ -311,7 +319,8 @@ class CudaLibs:
         if kernel is None:
             kernel = driver.compile(s.device.index, _lu_source(), _LU_NS + name)
             self._lu_kernels[key] = kernel
-        driver.launch(kernel, (grid[0], grid[1], 1), (threads, 1, 1), (args,), s.cuda_stream)
+        grid3 = (grid[0], grid[1], 1)
+        driver.launch(kernel, grid3, (threads, 1, 1), (args,), s.cuda_stream, cluster=cluster)
 
     def lu_panel(
         self,
@@ -333,7 +342,9 @@ class CudaLibs:
         src, src_batch, src_row, src_col = source
         args = _pack(_PANEL_ARGS, lu, stride, src, src_batch, src_row, src_col, pivots, k,
                      info, m, k0, jb, int(pivot))  # fmt: skip
-        self._lu_launch(s, _panel_name(dtype, config), (batch, 1), config.threads, args)
+        name = _panel_name(dtype, config)
+        grid = (batch * config.blocks, 1)
+        self._lu_launch(s, name, grid, config.threads, args, config.blocks)
 
     def lu_swap_trsm(
         self,

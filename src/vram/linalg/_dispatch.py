@@ -4,8 +4,9 @@ Four ways to run a batch (the same on a GPU and on the simulated GPU):
 - ``"blocked"``: vram's own blocked LU and solve (``_blocked``, kernels/lu.cu): a panel
   kernel, a swap + triangular-solve kernel and one cuBLAS strided-batched GEMM per step of
   32 (or 16) columns, for the whole batch at once; one launch for a matrix of at most 32
-  columns. Real dtypes, at most ``_blocked.MAX_ROWS`` rows. Wins for batches of matrices
-  to 1024, and every batched solve it can run.
+  columns. Real dtypes, at most ``_blocked.MAX_ROWS`` rows (more with cluster panels, for
+  batches of up to 16 on sm_90). Wins for batches of matrices to 2048, and every batched
+  solve it can run.
 - ``"cublas"``: cuBLAS's batched routine (getrfBatched / getrsBatched), one launch for the
   whole batch; square matrices only. Wins for the complex types (which have no blocked LU)
   to 512.
@@ -13,7 +14,7 @@ Four ways to run a batch (the same on a GPU and on the simulated GPU):
   stream, with ONE workspace (queried once) for the whole batch. Wins for one matrix.
 - ``"streams"``: the same cuSOLVER calls spread round robin over side streams, each with
   its own workspace, joined to the current stream by events. Wins for batches of large
-  matrices (from 1025; complex from 513), where one matrix leaves most of the GPU idle.
+  matrices (from 2049; complex from 513), where one matrix leaves most of the GPU idle.
 
 The choice reads ``vram.backends.cuda.preferred_linalg_library()`` at each call: "default"
 follows the crossover tables below; "cublas" takes cuBLAS wherever it applies (batches of
@@ -30,6 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from .._device import as_device
 from ..backends import cuda as _backend
 from . import _blocked
 
@@ -56,8 +58,9 @@ class Crossover:
     """Which way runs a call, for one dtype: for a batch of two or more, the first of
     ``bands`` (largest n, way) whose n is at least max(m, n) of the matrices; for one
     matrix, ``single``. A way that cannot run the call (cuBLAS: not square; blocked: a
-    complex dtype, or too many rows) gives way to cuSOLVER: over ``streams`` side streams
-    for batches of ``streams_min_batch`` or more, else on the current stream."""
+    complex dtype, or more rows than its panels take on this device) gives way to
+    cuSOLVER: over ``streams`` side streams for batches of ``streams_min_batch`` or more,
+    else on the current stream."""
 
     bands: tuple[tuple[int, str], ...]
     single: str = "cusolver"
@@ -107,7 +110,13 @@ class Crossover:
 #
 # (Before swap_trsm took a warp per column, blocked lost to cuBLAS at 256 x 256 and to the
 # side streams from 1023: the interchanges cost one memory latency each.)
-_REAL_LU = Crossover(bands=((1024, "blocked"), (EVERY_N, "streams")))
+#
+# With cluster panels (``_blocked.CLUSTER_FROM``: batches of up to 16, on sm_90) blocked
+# also wins to 2048 (ms, blocked / streams 8, the run that set them): 2048 x 2 6.29 / 6.30,
+# 2048 x 4 7.45 / 8.39, 2048 x 16 15.7 / 24.0; at 4096 the side streams win again (4096 x 4
+# 30.0 / 23.4). Without clusters, or for doubles past 1024 rows in larger batches, blocked
+# cannot run those and the side streams take them.
+_REAL_LU = Crossover(bands=((2048, "blocked"), (EVERY_N, "streams")))
 _COMPLEX = Crossover(bands=((512, "cublas"), (EVERY_N, "streams")))
 LU_CROSSOVERS: dict[str, Crossover] = {
     "float32": _REAL_LU,
@@ -199,9 +208,12 @@ def _plan(
     return Plan("cusolver", 1, crossover.getrf_algo)
 
 
-def plan_lu(m: int, n: int, batch: int, dtype: str) -> Plan:
-    """How an LU factorization of ``batch`` m x n matrices of ``dtype`` runs now."""
-    return _plan(LU_CROSSOVERS, m, n, batch, dtype, _blocked.supports(dtype, m, n))
+def plan_lu(m: int, n: int, batch: int, dtype: str, device: object = None) -> Plan:
+    """How an LU factorization of ``batch`` m x n matrices of ``dtype`` runs now on
+    ``device`` (None: the current device)."""
+    clusters = _blocked.clusters_on(as_device(device))
+    blocked = _blocked.supports(dtype, m, n, batch, clusters)
+    return _plan(LU_CROSSOVERS, m, n, batch, dtype, blocked)
 
 
 def plan_solve(n: int, nrhs: int, batch: int, dtype: str) -> Plan:

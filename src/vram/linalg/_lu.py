@@ -116,7 +116,7 @@ def factor(
         info.zero_()
         return Plan("cusolver")
     dtype = lu.dtype.name
-    plan = plan or plan_lu(m, n, batch, dtype)
+    plan = plan or plan_lu(m, n, batch, dtype, lu.device)
     if plan.path == "blocked":
         _factor_blocked(lu, pivots, info, pivot, source, dtype, m, n, batch)
         return plan
@@ -157,8 +157,10 @@ def _factor_blocked(
     """vram's blocked LU (``_blocked``): the input read where it lies when one panel covers
     it and its batch is one stride, else copied into ``lu`` first."""
     read = None
+    clusters = _blocked.clusters_on(lu.device)
     if source is not None:
-        step = batch_stride(source) if _blocked.one_panel(dtype, m, n) else None
+        covered = _blocked.one_panel(dtype, m, n, batch, clusters)
+        step = batch_stride(source) if covered else None
         if step is None:
             lu.copy_(source)
         else:
@@ -168,7 +170,7 @@ def _factor_blocked(
     libs = libs_for(lu.device.type)
     ipiv = pivots.data_ptr()
     _blocked.factor(libs, stream, dtype, m, n, batch, lu.data_ptr(), ipiv, info.data_ptr(),
-                    pivot, read)  # fmt: skip
+                    pivot, read, clusters)  # fmt: skip
     if not pivot:  # PyTorch returns the trivial permutation
         k = min(m, n)
         libs.trivial_pivots(stream, ipiv, k, batch * k)

@@ -25,7 +25,7 @@ inline dim3 gridDim;
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(threads)
+#define __launch_bounds__(...)
 #define __shared__ static
 #define __align__(bytes) alignas(bytes)
 

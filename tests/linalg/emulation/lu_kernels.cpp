@@ -12,7 +12,7 @@ using cuda_on_cpu::launch;
 #define PANEL(T, THREADS, R, NB)                                                             \
     if (threads == THREADS && rows == R && width == NB) {                                    \
         launch(dim3{(unsigned)batch, 1, 1}, dim3{THREADS, 1, 1},                             \
-               [&] { panel<T, THREADS, R, NB>(*args); });                                    \
+               [&] { panel<T, 1, THREADS, R, NB>(*args); });                                    \
         return 0;                                                                            \
     }
 

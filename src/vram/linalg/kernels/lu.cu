@@ -2,10 +2,11 @@
 // (LAPACK's getrf, run for the whole batch at once) and a solve from its factors.
 //
 // One step of the factorization, for the column panel [k0, k0 + jb) of every matrix:
-// - panel: factor rows [k0, m) of the panel with partial pivoting, one block per matrix,
-//   the panel in registers (each thread holds R rows of NB columns); rows are never moved
-//   while it runs, a position per row says where it is, and every row is stored at its
-//   final place at the end. Pivots are LAPACK's (1-based, absolute row numbers); info is
+// - panel: factor rows [k0, m) of the panel with partial pivoting, one block per matrix
+//   (or, for tall panels on sm_90, a cluster of blocks sharing their offers through
+//   distributed shared memory), the panel in registers (each thread holds R rows of NB
+//   columns); rows are never moved while it runs, a position per row says where it is,
+//   and every row is stored at its final place at the end. Pivots are LAPACK's (1-based, absolute row numbers); info is
 //   the first zero pivot (1-based), as getrf's.
 // - swap_trsm: the panel's row interchanges applied, in order, to every other column, and
 //   the columns right of the panel solved with the panel's unit lower triangle (U12); a
@@ -47,6 +48,19 @@ __device__ __forceinline__ bool beats(T key, i64 pos, T other_key, i64 other_pos
 
 constexpr i64 NONE = 0x7fffffffffffffffLL;  // the position of "no candidate"
 
+// The warp's best (key, place), left in every lane: a butterfly over that strict order.
+template <typename T, typename P> __device__ __forceinline__ void warp_best(T& key, P& place) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const T other_key = __shfl_xor_sync(0xffffffffu, key, offset);
+        const P other_place = __shfl_xor_sync(0xffffffffu, place, offset);
+        if (beats(other_key, (i64)other_place, key, (i64)place)) {
+            key = other_key;
+            place = other_place;
+        }
+    }
+}
+
 // row[c] for a runtime c, with every index known at compile time (row stays in registers)
 template <typename T, int NB> __device__ __forceinline__ T column(const T (&row)[NB], int c) {
     T x = row[0];
@@ -73,27 +87,59 @@ struct PanelArgs {
     i64 pivot;        // 0: no row interchanges
 };
 
-template <typename T, int THREADS, int R, int NB>
+// A panel's threads meet once a column: a block's at __syncthreads; a cluster's (CLUSTER
+// blocks sharing one matrix, sm_90) at the cluster barrier, whose release and acquire make
+// each block's shared memory writes visible to the others.
+template <int CLUSTER> __device__ __forceinline__ void panel_barrier() {
+    if constexpr (CLUSTER == 1) {
+        __syncthreads();
+    } else {
+        asm volatile(
+            "barrier.cluster.arrive.release.aligned;\n\t"
+            "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    }
+}
+
+// ``p`` (in this block's shared memory) as the same variable of block ``rank`` of the
+// cluster: a generic address into that block's shared memory (distributed shared memory).
+template <typename T> __device__ __forceinline__ T* in_block(T* p, unsigned rank) {
+    u64 out;
+    asm("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(p), "r"(rank));
+    return reinterpret_cast<T*>(out);
+}
+
+// The panel of one matrix is held by CLUSTER blocks (a thread block cluster when CLUSTER >
+// 1, launched with that cluster size; blockIdx.x / CLUSTER is the matrix), each block
+// THREADS threads of R rows: rows (rank * R + r) * THREADS + threadIdx.x of the panel.
+// A column: every warp offers its best row in its block's shared memory; after the barrier
+// the best of all of them is found and its row's values read. Offers alternate between two
+// buffers by column parity, so a block may write the next column's while another still
+// reads this one's. (On an H100 a cluster barrier takes about 0.7 us, a block's 0.03-0.04;
+// a remote read costs more the more warps make it, hence warp 0 alone reads remotely.)
+template <typename T, int CLUSTER, int THREADS, int R, int NB>
 __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
     constexpr int WARPS = THREADS / 32;
+    constexpr int OFFERS = CLUSTER * WARPS;
     __shared__ T rows[2][WARPS][NB];  // each warp's best row, by column parity
     __shared__ T keys[2][WARPS];
     __shared__ i64 places[2][WARPS];
 
-    const i64 b = blockIdx.x;
+    const i64 b = blockIdx.x / CLUSTER;
+    const unsigned rank = blockIdx.x % CLUSTER;
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
     const i64 m = args.m, k0 = args.k0, jb = args.jb;
     const i64 h = m - k0;  // the panel's rows
     const bool pivot = args.pivot != 0;
+    const bool leader = rank == 0 && tid == 0;  // writes pivots and info
 
     T a[R][NB];
     i64 pos[R];  // where each of this thread's rows is now (-1: no row)
     const T* src = reinterpret_cast<const T*>(args.src) + b * args.src_batch;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-        const i64 i = tid + (i64)r * THREADS;
+        const i64 i = ((i64)rank * R + r) * THREADS + tid;
         pos[r] = i < h ? i : -1;
         const T* row = src + (k0 + i) * args.src_row + k0 * args.src_col;
 #pragma unroll
@@ -121,15 +167,7 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
                 }
             }
         }
-#pragma unroll
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            const T other_key = __shfl_xor_sync(0xffffffffu, key, offset);
-            const i64 other_place = __shfl_xor_sync(0xffffffffu, place, offset);
-            if (beats(other_key, other_place, key, place)) {
-                key = other_key;
-                place = other_place;
-            }
-        }
+        warp_best(key, place);
         // the warp's best row goes to shared memory, from the thread that holds it
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -144,22 +182,59 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
             keys[buf][warp] = key;
             places[buf][warp] = place;
         }
-        __syncthreads();
-        // the block's best, found by every thread alike
-        T best = keys[buf][0];
-        i64 p = places[buf][0];
-        int w = 0;
+        panel_barrier<CLUSTER>();
+        i64 p = NONE;
+        const T* prow;
+        if constexpr (CLUSTER == 1) {
+            // the block's best, found by every thread alike (a scan of the warps' offers)
+            T best = keys[buf][0];
+            p = places[buf][0];
+            int w = 0;
 #pragma unroll
-        for (int v = 1; v < WARPS; ++v) {
-            const T other_key = keys[buf][v];
-            const i64 other_place = places[buf][v];
-            if (beats(other_key, other_place, best, p)) {
-                best = other_key;
-                p = other_place;
-                w = v;
+            for (int v = 1; v < WARPS; ++v) {
+                const T other_key = keys[buf][v];
+                const i64 other_place = places[buf][v];
+                if (beats(other_key, other_place, best, p)) {
+                    best = other_key;
+                    p = other_place;
+                    w = v;
+                }
             }
+            prow = rows[buf][w];
+        } else {
+            // the cluster's best, found by warp 0: lane v reads offers v, v + 32.. in their
+            // blocks (an offer's place taken as place * OFFERS + v: the same order, and the
+            // winner says which offer it was); it brings the winning row home, and the block
+            // reads it there (one remote read of the row, not one per warp)
+            __shared__ T chosen[2][NB];
+            __shared__ i64 chosen_place[2];
+            if (warp == 0) {
+                T best = T(-1);
+#pragma unroll
+                for (int o = 0; o < (OFFERS + 31) / 32; ++o) {
+                    const int v = o * 32 + lane;
+                    if (v >= OFFERS) break;
+                    const unsigned from = (unsigned)(v / WARPS);
+                    const T other_key = *in_block(&keys[buf][v % WARPS], from);
+                    const i64 other_place = *in_block(&places[buf][v % WARPS], from);
+                    const i64 tagged = other_place == NONE ? NONE : other_place * OFFERS + v;
+                    if (beats(other_key, tagged, best, p)) {
+                        best = other_key;
+                        p = tagged;
+                    }
+                }
+                warp_best(best, p);
+                const int offer = (int)(p % OFFERS);
+                const T* row = in_block(rows[buf][offer % WARPS], (unsigned)(offer / WARPS));
+                for (int j = lane; j < NB; j += 32) {
+                    if (j >= c) chosen[buf][j] = row[j];
+                }
+                if (lane == 0) chosen_place[buf] = p / OFFERS;
+            }
+            __syncthreads();
+            p = chosen_place[buf];
+            prow = chosen[buf];
         }
-        const T* prow = rows[buf][w];
         const T d = prow[c];
         // LAPACK's interchange of rows c and p, as positions
 #pragma unroll
@@ -170,14 +245,14 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
                 pos[r] = p;
             }
         }
-        if (tid == 0) {
+        if (leader) {
             if (pivot) {
                 int* ipiv = reinterpret_cast<int*>(args.ipiv) + b * args.ipiv_stride;
                 ipiv[k0 + c] = (int)(k0 + p + 1);
             }
             if (d == T(0) && first_zero == 0) first_zero = k0 + c + 1;
         }
-        // L's column (a zero pivot leaves it unscaled, as LAPACK), then the rank-1 update
+    // L's column (a zero pivot leaves it unscaled, as LAPACK), then the rank-1 update
         const bool scale = d != T(0);
         const bool reciprocal = magnitude(d) >= smallest_normal<T>();
         const T inverse = scale ? T(1) / d : T(0);
@@ -207,7 +282,7 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
         }
     }
 
-    if (tid == 0) {
+    if (leader) {
         int* info = reinterpret_cast<int*>(args.info) + b;
         if (k0 == 0) {
             *info = (int)first_zero;
@@ -215,6 +290,8 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
             *info = (int)first_zero;
         }
     }
+    // no block leaves while another may still read its offers of the last column
+    if constexpr (CLUSTER > 1) panel_barrier<CLUSTER>();
     T* out = reinterpret_cast<T*>(args.lu) + b * args.lu_stride;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -232,8 +309,10 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
 // panel of a larger one): one warp per matrix, a row per lane, every loop unrolled (each
 // column touches only the columns right of it), no block barrier: about a quarter of the
 // instructions of ``panel<T, 32, 1, 32>``, which matters where there are thousands of them.
+// (Launch bounds for 32 warps of floats a multiprocessor, 16 of doubles: 64 / 128
+// registers, no spill; 4096 matrices are then one wave on an H100, not one and a half.)
 template <typename T>
-__global__ void __launch_bounds__(32) panel_warp(const PanelArgs args) {
+__global__ void __launch_bounds__(32, sizeof(T) == 4 ? 32 : 16) panel_warp(const PanelArgs args) {
     constexpr int NB = 32;
     __shared__ T prow[NB];
 
@@ -257,15 +336,7 @@ __global__ void __launch_bounds__(32) panel_warp(const PanelArgs args) {
             const bool candidate = pivot ? pos >= c : pos == c;
             T key = candidate ? search_key(a[c]) : T(-1);
             int place = candidate ? pos : 0x7fffffff;
-#pragma unroll
-            for (int offset = 16; offset > 0; offset >>= 1) {
-                const T other_key = __shfl_xor_sync(0xffffffffu, key, offset);
-                const int other_place = __shfl_xor_sync(0xffffffffu, place, offset);
-                if (beats(other_key, (i64)other_place, key, (i64)place)) {
-                    key = other_key;
-                    place = other_place;
-                }
-            }
+            warp_best(key, place);
             if (pos == place) {
 #pragma unroll
                 for (int j = c; j < NB; ++j) prow[j] = a[j];
