@@ -180,10 +180,17 @@ def disable_blocked(reason: str) -> None:
             table[dtype] = dataclasses.replace(crossover, bands=bands)
 
 
-def lu_variants(n: int, batch: int) -> list[tuple[str, object]]:
+def blocked_supports(device: vram.Device, n: int, batch: int) -> bool:
+    """Whether vram's blocked LU runs fp32 n x n matrices in batches of ``batch`` there
+    (cluster panels included, where the device has them)."""
+    clusters = _blocked.clusters_on(device)
+    return _Blocked.enabled and _blocked.supports("float32", n, n, batch, clusters)
+
+
+def lu_variants(device: vram.Device, n: int, batch: int) -> list[tuple[str, object]]:
     """(name, the plan context) of every vram variant of an lu_factor n x batch row."""
     variants: list[tuple[str, object]] = [("vram", nullcontext())]
-    if _Blocked.enabled and _blocked.supports("float32", n, n):
+    if blocked_supports(device, n, batch):
         variants.append(("vram blocked", _dispatch.forced("blocked")))
     if n <= CUBLAS_MAX_N and batch > 1:
         variants.append(("vram cublas", _dispatch.forced("cublas")))
@@ -249,7 +256,7 @@ def lu_rows(device: vram.Device, sizes, cuda: bool) -> tuple[list[dict], list[st
         A = vram.tensor(a, device=device)
         sync = lambda: vram.synchronize(device)  # noqa: E731
         cells: dict[str, float | None] = {}
-        for name, context in lu_variants(n, batch):
+        for name, context in lu_variants(device, n, batch):
             cells[name] = guarded(name, context, partial(vram.linalg.lu_factor, A), sync, skipped)
         if n <= EX_MAX_N:
             call = partial(vram.linalg.lu_factor_ex, A)
@@ -345,7 +352,7 @@ def smoke(device: vram.Device, cuda: bool) -> dict:
     solve_sizes = SOLVE_SIZES if cuda else SIM_SOLVE_SIZES
     rng = np.random.default_rng(2)
     for n, batch in sorted(set(lu_sizes) | set(solve_sizes)):
-        if not _blocked.supports("float32", n, n):
+        if not blocked_supports(device, n, batch):
             continue
         count = min(batch, 8 if n <= 512 else 2)  # checked on the first few (of the whole run)
         a = rng.standard_normal((batch, n, n)).astype(np.float32) + n**0.5 * np.eye(n, dtype="f4")
