@@ -228,11 +228,11 @@ def test_blocked_lu_and_solve_match_pytorch(monkeypatch, dt, n, panels):
 def reconstructs(LU: vram.Tensor, pivots: vram.Tensor, a: np.ndarray, atol: float) -> None:
     """P L U == A for each matrix of ``a`` (n x n; pivots may differ from another library's
     on near ties, the product may not)."""
-    lu, piv = LU.numpy().reshape(a.shape), pivots.numpy().reshape(-1, a.shape[-1])
     n = a.shape[-1]
+    lu, piv = LU.numpy().reshape(-1, n, n), pivots.numpy().reshape(-1, n)
     for i, matrix in enumerate(a.reshape(-1, n, n)):
-        lower = np.tril(lu.reshape(-1, n, n)[i], -1) + np.eye(n)
-        product = lower.astype(np.float64) @ np.triu(lu.reshape(-1, n, n)[i]).astype(np.float64)
+        lower = np.tril(lu[i], -1) + np.eye(n)
+        product = lower.astype(np.float64) @ np.triu(lu[i]).astype(np.float64)
         for k in range(n - 1, -1, -1):
             p = piv[i, k] - 1
             product[[k, p]] = product[[p, k]]
@@ -289,14 +289,7 @@ def test_default_dispatch_at_the_crossovers_matches_pytorch():
         LU, pivots, info = vram.linalg.lu_factor_ex(A)
         want = torch.linalg.lu_factor_ex(T)
         np.testing.assert_array_equal(info.numpy(), want.info.cpu().numpy())
-        lu, piv = LU.numpy(), pivots.numpy()
-        for i in range(batch):  # pivots may differ on near ties: compare P L U with A
-            lower = np.tril(lu[i], -1) + np.eye(n)
-            product = lower.astype(np.float64) @ np.triu(lu[i]).astype(np.float64)
-            for k in range(n - 1, -1, -1):
-                p = piv[i, k] - 1
-                product[[k, p]] = product[[p, k]]
-            np.testing.assert_allclose(product, a[i], atol=2e-3 * np.sqrt(n))
+        reconstructs(LU, pivots, a, atol=2e-3 * np.sqrt(n))
 
 
 MALLOC_SCRIPT = textwrap.dedent(
