@@ -239,14 +239,18 @@ def reconstructs(LU: vram.Tensor, pivots: vram.Tensor, a: np.ndarray, atol: floa
         np.testing.assert_allclose(product, matrix, atol=atol)
 
 
+@pytest.mark.parametrize("panels", ["tall", "clusters"])
 @pytest.mark.parametrize("n", [300, 1000, 2049, 4096])
 @pytest.mark.parametrize("dt", [vram.float32, vram.float64], ids=["float32", "float64"])
-def test_cluster_panels_match_pytorch(dt, n):
-    """One matrix over cluster panels (8 blocks a panel, distributed shared memory; every
-    table row from 1024 to 8192 rows is reached: 4096 starts in the last, 2049 in the third):
+def test_one_matrix_panels_match_pytorch(monkeypatch, dt, n, panels):
+    """One matrix over tall panels (one block, a sub-panel in registers at a time) or, where
+    the tall table is emptied, cluster panels (8 blocks a panel, distributed shared memory);
+    every row of their tables is reached (4096 starts in the last, 2049 in the one before):
     pivots and info as PyTorch's (cuSOLVER's) where no two candidates tie closely; P L U = A
     for a random matrix; a solve."""
-    assert vram.get_device_properties(CUDA).major >= 9, "cluster panels need sm_90"
+    if panels == "clusters":
+        assert vram.get_device_properties(CUDA).major >= 9, "cluster panels need sm_90"
+        monkeypatch.setattr(_blocked, "TALL_FROM", ())
     shift = 4 * np.sqrt(n) * np.eye(n)
     a = (random((n, n), dt, seed=n) + shift).astype(dt.np)
     A, T = on_both(a)
@@ -265,10 +269,13 @@ def test_cluster_panels_match_pytorch(dt, n):
         reconstructs(LU, pivots, raw, atol=(2e-3 if dt == vram.float32 else 1e-9) * np.sqrt(n))
 
 
+@pytest.mark.parametrize("panels", ["tall", "clusters"])
 @pytest.mark.parametrize("pivot", [True, False])
-def test_cluster_panels_report_zero_pivots_as_pytorch(pivot):
-    """A zero column in the third panel and an exactly singular trailing block: info is the
-    first zero pivot, as cuSOLVER's; without pivoting, the trivial permutation."""
+def test_one_matrix_panels_report_zero_pivots_as_pytorch(monkeypatch, pivot, panels):
+    """A zero column in the third panel: info is the first zero pivot, as cuSOLVER's;
+    without pivoting, the trivial permutation. Tall panels, or cluster panels."""
+    if panels == "clusters":
+        monkeypatch.setattr(_blocked, "TALL_FROM", ())
     n = 1500
     a = random((n, n), vram.float64, seed=3) + 4 * np.sqrt(n) * np.eye(n)
     a[:, 70] = 0

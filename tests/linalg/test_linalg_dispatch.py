@@ -44,8 +44,8 @@ def test_default_plans_follow_the_bands():
     assert plan_lu(2048, 2048, 16, "float32") == Plan("blocked")
     assert plan_lu(4096, 4096, 4, "float32") == Plan("streams", 4, TABLE.getrf_algo)
     assert plan_lu(4096, 4096, 1, "float32").path == "cusolver"
-    # float64's panels of one block stop at 1024 rows: past it, cluster panels (batches of
-    # up to 16, on devices that have clusters: the sim is an H100) or the side streams
+    # float64's panels of a block a matrix stop at 1024 rows: past it, tall panels (batches
+    # of up to 16) or the side streams
     assert plan_lu(2048, 2048, 16, "float64") == Plan("blocked")
     assert plan_lu(2048, 2048, 17, "float64") == Plan("streams", 8, TABLE.getrf_algo)
     # complex: cuBLAS to 512, side streams above
@@ -58,24 +58,45 @@ def test_default_plans_follow_the_bands():
 
 
 def test_without_clusters_tall_batches_go_to_the_side_streams(monkeypatch):
-    """On a device before sm_90 there are no cluster panels: float64 past 1024 rows is
-    factored by cuSOLVER over side streams; float32 keeps its panels of one block to 2048."""
+    """On a device before sm_90 there are no cluster panels: past 2048 rows (tall panels'
+    last) a batch is factored by cuSOLVER over side streams, and so is float64 past 1024
+    rows in batches of more than 16 (which tall panels do not take)."""
     monkeypatch.setattr(_blocked, "clusters_on", lambda device: False)
-    assert plan_lu(2048, 2048, 4, "float64") == Plan("streams", 4, TABLE.getrf_algo)
-    assert plan_lu(2048, 2048, 4, "float32") == Plan("blocked")
+    assert plan_lu(2048, 2048, 4, "float64") == Plan("blocked")  # tall panels
+    assert plan_lu(2048, 2048, 17, "float64") == Plan("streams", 8, TABLE.getrf_algo)
+    assert plan_lu(2048, 2048, 17, "float32") == Plan("blocked")
+    with _dispatch.forced("blocked"):
+        assert plan_lu(4096, 4096, 4, "float32").path == "cusolver"
+    monkeypatch.undo()
+    with _dispatch.forced("blocked"):
+        assert plan_lu(4096, 4096, 4, "float32").path == "blocked"  # cluster panels
 
 
-def test_cluster_panels_take_tall_panels_of_small_batches():
-    """``CLUSTER_FROM``: batches of up to 16, panels of 257 rows or more; the rest, and
-    every panel on a device without clusters, a block a matrix."""
-    cluster = _blocked.panel_config("float32", 2048, 16, clusters=True)
-    assert cluster.blocks == _blocked.CLUSTER and cluster.threads * cluster.blocks == 2048
+def test_tall_and_cluster_panels_take_tall_panels_of_small_batches():
+    """``TALL_FROM``: batches of up to 16, panels of 257 to 2048 rows go to tall panels
+    (one block, a sub-panel in registers at a time); ``CLUSTER_FROM``: the same batches'
+    taller panels, on devices that have clusters; the rest, a block a matrix."""
+    for rows, batch in ((2048, 16), (2048, 1), (257, 16), (1024, 3)):
+        for clusters in (True, False):
+            tall = _blocked.panel_config("float32", rows, batch, clusters)
+            assert tall.blocks == 1 and tall.sub > 0 and tall.threads * tall.rows >= rows
+    for rows, batch in ((2048, 17), (256, 16), (32, 1)):
+        assert _blocked.panel_config("float32", rows, batch, clusters=True).sub == 0
+    cluster = _blocked.panel_config("float32", 4096, 16, clusters=True)
+    assert cluster.blocks == _blocked.CLUSTER and cluster.threads * cluster.blocks == 4096
     assert _blocked.panel_config("float32", 8192, 1, clusters=True).blocks == _blocked.CLUSTER
     for rows, batch, clusters in ((2048, 17, True), (256, 16, True), (2048, 16, False)):
         assert _blocked.panel_config("float32", rows, batch, clusters).blocks == 1
     assert _blocked.supports("float64", 8192, 8192, 16, clusters=True)
     assert not _blocked.supports("float64", 8193, 8193, 16, clusters=True)
-    assert not _blocked.supports("float64", 2048, 2048, 16, clusters=False)
+    assert _blocked.supports("float64", 2048, 2048, 16, clusters=False)
+    assert not _blocked.supports("float64", 2049, 2049, 16, clusters=False)
+    # a matrix of at most 32 columns is read in place by one launch, except by a tall panel
+    assert _blocked.one_panel("float32", 256, 32, 16)
+    assert not _blocked.one_panel("float32", 2048, 32, 16)
+    for table in _blocked.TALL_PANELS.values():
+        for _, config in table:  # 32 columns, whole sub-panels, a thread a later column
+            assert config.width == 32 and 32 % config.sub == 0 and config.threads >= 32
     for dtype, table in _blocked.CLUSTER_PANELS.items():
         for most, config in table:  # each covers its rows exactly: 8 blocks of whole warps
             assert config.blocks * config.threads * config.rows == most, (dtype, config)

@@ -32,9 +32,9 @@ def test_every_instance_has_a_symbol(program):
 
 
 def test_the_blocked_lu_kernels_compile():
-    """Every swap and solve instance, the one-warp panel, and the panel at its largest
-    register tile (the panels differ only in template constants; compiling all 13 takes a
-    minute on two cores, the GPU run compiles each on first use)."""
+    """Every swap and solve instance, the one-warp panel, and each kind of panel at its
+    largest register tile (a kind's instances differ only in template constants; compiling
+    all 25 takes minutes on two cores, the GPU run compiles each on first use)."""
     try:
         from vram.driver._nvrtc import compile_program, nvrtc_version
 
@@ -42,13 +42,15 @@ def test_the_blocked_lu_kernels_compile():
     except Exception as exc:  # the NVRTC library itself is missing on this machine
         pytest.skip(f"NVRTC cannot be loaded: {exc}")
     names = lu_kernel_names()
-    # block panels (7 float, 6 double), cluster panels (4 each); swap_trsm and 3 getrs each
-    assert len(names) == 7 + 6 + 2 * 4 + 2 * (1 + 3)
+    # block panels (7 float, 6 double), cluster panels (4 each), tall panels (2 each);
+    # swap_trsm and 3 getrs each
+    assert len(names) == 7 + 6 + 2 * 4 + 2 * 2 + 2 * (1 + 3)
     panels = [name for name in names if "panel" in name]
     chosen = [name for name in names if "panel" not in name]
     chosen += ["vram_lu::panel_warp<float>", "vram_lu::panel<double, 1, 256, 2, 32>"]
     chosen += ["vram_lu::panel<float, 8, 1024, 1, 32>", "vram_lu::panel<double, 8, 1024, 1, 16>"]
-    assert set(chosen) <= set(names) and len(panels) == 21
+    chosen += ["vram_lu::panel_tall<float, 1024, 2, 8>", "vram_lu::panel_tall<double, 512, 4, 4>"]
+    assert set(chosen) <= set(names) and len(panels) == 25
     program = compile_program(LU_SOURCE.read_text(), "sm_90", tuple(chosen))
     assert program.kind == "cubin"
     for name in chosen:

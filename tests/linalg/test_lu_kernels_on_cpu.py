@@ -34,6 +34,13 @@ TABLES = {  # (most rows, config): the panels get wider as the matrix shrinks
         (128, PanelConfig(64, 2, 16)),
     ),  # fmt: skip
     "two warps": ((64, PanelConfig(64, 1, 32)), (128, PanelConfig(64, 2, 8))),
+    # tall panels: 32 columns, 8, 4 or 2 of them in registers at a time
+    "tall": (
+        (32, PanelConfig(32, 1, 32)),
+        (64, PanelConfig(64, 1, 32, 1, 2)),
+        (128, PanelConfig(32, 4, 32, 1, 4)),
+    ),
+    "tall wide": ((128, PanelConfig(64, 2, 32, 1, 8)),),
 }
 
 
@@ -66,9 +73,10 @@ class CpuLibs:
         src, src_batch, src_row, src_col = source
         args = np.array(_pack(_PANEL_ARGS, lu, stride, src, src_batch, src_row, src_col, pivots,
                               k, info, m, k0, jb, int(pivot)))  # fmt: skip
-        threads, rows, width, blocks = config
+        threads, rows, width, blocks, sub = config
         assert blocks == 1, "the emulation runs one block at a time: no clusters"
-        done = self.kernels.emu_panel(CODES[dtype], threads, rows, width, ctypes.c_longlong(batch),
+        done = self.kernels.emu_panel(CODES[dtype], threads, rows, width, sub,
+                                      ctypes.c_longlong(batch),
                                       ctypes.c_void_p(args.ctypes.data))  # fmt: skip
         assert done == 0, f"no emulated panel {config}"
 
@@ -198,7 +206,7 @@ def test_one_panel_reads_the_input_in_place(kernels, monkeypatch, dtype):
     np.testing.assert_allclose(lu, want_lu, rtol=TOL[dtype], atol=TOL[dtype])
 
 
-@pytest.mark.parametrize("table", ["narrow", "mixed"])
+@pytest.mark.parametrize("table", ["narrow", "mixed", "tall"])
 def test_singular_matrices_and_ties(kernels, monkeypatch, table):
     """Zero pivots in a later panel and in the first column: info is the first, the
     factorization runs to the end; equal magnitudes pick the first row (LAPACK's i?amax)."""
@@ -217,7 +225,7 @@ def test_singular_matrices_and_ties(kernels, monkeypatch, table):
     np.testing.assert_allclose(lu, want_lu, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("table", ["two warps", "mixed"])
+@pytest.mark.parametrize("table", ["two warps", "mixed", "tall wide"])
 def test_without_pivoting(kernels, monkeypatch, table):
     use(monkeypatch, table)
     a = np.random.default_rng(3).standard_normal((2, 70, 70)) + 30 * np.eye(70)

@@ -11,9 +11,11 @@ panel by column panel [k0, k0 + jb):
 3. ``lu_update``: A22 -= L21 U12, one strided-batched GEMM (cuBLAS's, in full precision).
 
 A block holds ``threads * rows`` rows of ``width`` columns (``panel_config``, by the rows
-left), so the panels of one matrix get wider as it shrinks. On sm_90 and later, the tall
-panels of one matrix (``CLUSTER_FROM``) are held by a cluster of ``CLUSTER`` blocks instead,
-which take up to ``CLUSTER_MAX_ROWS`` rows. A matrix one panel covers
+left), so the panels of one matrix get wider as it shrinks. The tall panels of small
+batches (``TALL_FROM``) go to one block that holds a few of their columns at a time
+(``TALL_PANELS``, to ``TALL_MAX_ROWS`` rows); on sm_90 and later, taller ones
+(``CLUSTER_FROM``) to a cluster of ``CLUSTER`` blocks, which take up to
+``CLUSTER_MAX_ROWS`` rows. A matrix one panel covers
 (n <= m and n <= width) is factored by one launch, which reads the input where it lies (any strides)
 instead of a copy of it. No workspace, no pointer arrays: the factors, pivots and info are
 all the memory a call needs.
@@ -38,6 +40,9 @@ __all__ = [
     "CLUSTER_PANELS",
     "CLUSTER_MAX_ROWS",
     "CLUSTER_FROM",
+    "TALL_PANELS",
+    "TALL_MAX_ROWS",
+    "TALL_FROM",
     "SWAP_WIDTH",
     "SWAP_WARPS",
     "SWAP_COLUMNS",
@@ -57,12 +62,14 @@ __all__ = [
 
 class PanelConfig(NamedTuple):
     """A panel kernel's shape: ``threads`` per block, ``rows`` per thread, ``width`` columns,
-    and ``blocks`` per matrix (more than one: a thread block cluster, sm_90)."""
+    and ``blocks`` per matrix (more than one: a thread block cluster, sm_90); ``sub`` > 0:
+    the tall panel (one block, ``sub`` columns in registers at a time, the rest in memory)."""
 
     threads: int
     rows: int
     width: int
     blocks: int = 1
+    sub: int = 0
 
 
 # (most rows, the config): registers per thread are rows * width elements, kept under what
@@ -121,6 +128,36 @@ CLUSTER_PANELS: dict[str, tuple[tuple[int, PanelConfig], ...]] = {
     ),
 }
 CLUSTER_MAX_ROWS = {dtype: table[-1][0] for dtype, table in CLUSTER_PANELS.items()}
+
+# Tall panels (``panel_tall``): one block holds ``sub`` columns of a 32-column panel in
+# registers at a time (a recursive getrf inside the panel, the rest of it in L2), at one
+# barrier a column (a cluster panel's barrier costs 0.7 us, a block's 0.03). For batches of
+# up to 16 matrices of 257 to 2048 rows (``TALL_FROM``), instead of cluster panels. From an
+# H100, fp32 lu_factor, ms (cluster panels / tall panels of the configurations below):
+#
+#   1024 x 2    3.41 / 3.02      2048 x 2    6.62 /  6.05      2048 x 1   6.03 / 4.82
+#   1024 x 4    3.22 / 2.70      2048 x 4    7.64 /  6.83      4096 x 1  16.5  / 15.4
+#                                2048 x 16  15.8  / 14.6
+#
+# (one matrix: 2048 and 4096 with 1024 threads x 2 / 4 rows x 8 / 4 columns; 1024, 2048 and
+# 4096 with 256 / 512 threads x 4 rows x 8 columns took 2.77, 5.05 and 20.0 ms, and 256
+# threads x 4 rows x 4 columns 2.59 ms at 1024: more threads for taller panels). At 4096
+# rows cluster panels take over; and cuSOLVER's getrf is faster for one matrix anyway
+# (2.28 ms at 1024, 5.19 at 2048, 12.8 at 4096). ptxas -v on sm_90: 64 to 107 registers,
+# 8 bytes of spill for floats at 1024 threads, none elsewhere.
+TALL_PANELS: dict[str, tuple[tuple[int, PanelConfig], ...]] = {
+    "float32": (
+        (1024, PanelConfig(256, 4, 32, 1, 4)),
+        (2048, PanelConfig(1024, 2, 32, 1, 8)),
+    ),
+    "float64": (
+        (1024, PanelConfig(256, 4, 32, 1, 4)),
+        (2048, PanelConfig(512, 4, 32, 1, 4)),
+    ),
+}
+TALL_MAX_ROWS = {dtype: table[-1][0] for dtype, table in TALL_PANELS.items()}
+# (largest batch, fewest rows a tall panel takes)
+TALL_FROM: tuple[tuple[int, int], ...] = ((16, 257),)
 # (largest batch, fewest rows a cluster panel takes)
 CLUSTER_FROM: tuple[tuple[int, int], ...] = ((16, 257),)
 SWAP_WIDTH = 32  # swap_trsm's widest panel
@@ -152,27 +189,40 @@ def clusters_on(device: Any) -> bool:
     return device.driver.properties(device.index).major >= 9
 
 
-def _cluster_panel(rows: int, batch: int) -> bool:
-    for most_batch, fewest_rows in CLUSTER_FROM:
+def _takes(bounds: tuple[tuple[int, int], ...], rows: int, batch: int) -> bool:
+    """Whether a (largest batch, fewest rows) table takes panels of ``rows`` rows."""
+    for most_batch, fewest_rows in bounds:
         if batch <= most_batch:
             return rows >= fewest_rows
     return False
+
+
+def _tall_panel(dtype: str, rows: int, batch: int) -> bool:
+    return _takes(TALL_FROM, rows, batch) and rows <= TALL_MAX_ROWS[dtype]
 
 
 def supports(dtype: str, m: int, n: int, batch: int = 2, clusters: bool = False) -> bool:
     """Whether ``batch`` m x n matrices of ``dtype`` can be factored here; ``clusters``:
     whether the device runs cluster panels."""
     limit = MAX_ROWS.get(dtype)
-    if limit is not None and clusters and _cluster_panel(m, batch):
+    if limit is None:
+        return False
+    if _tall_panel(dtype, m, batch):
+        limit = max(limit, TALL_MAX_ROWS[dtype])
+    if clusters and _takes(CLUSTER_FROM, m, batch):
         limit = max(limit, CLUSTER_MAX_ROWS[dtype])
-    return limit is not None and 0 < m <= limit and n > 0
+    return 0 < m <= limit and n > 0
 
 
 def panel_config(dtype: str, rows: int, batch: int = 2, clusters: bool = False) -> PanelConfig:
     """The panel kernel for a panel of ``rows`` rows of ``batch`` matrices (at most
-    MAX_ROWS[dtype], or CLUSTER_MAX_ROWS[dtype] where cluster panels take it)."""
-    cluster = clusters and _cluster_panel(rows, batch)
-    table = CLUSTER_PANELS[dtype] if cluster else PANELS[dtype]
+    MAX_ROWS[dtype], or more where tall or cluster panels take it)."""
+    if _tall_panel(dtype, rows, batch):
+        table = TALL_PANELS[dtype]
+    elif clusters and _takes(CLUSTER_FROM, rows, batch):
+        table = CLUSTER_PANELS[dtype]
+    else:
+        table = PANELS[dtype]
     for most, config in table:
         if rows <= most:
             return config
@@ -184,7 +234,8 @@ def one_panel(dtype: str, m: int, n: int, batch: int = 2, clusters: bool = False
     reading the input in place."""
     if not supports(dtype, m, n, batch, clusters):
         return False
-    return n <= min(m, panel_config(dtype, m, batch, clusters).width)
+    config = panel_config(dtype, m, batch, clusters)
+    return config.sub == 0 and n <= min(m, config.width)
 
 
 Source = tuple[int, int, int, int]  # (pointer, batch stride, row stride, column stride)

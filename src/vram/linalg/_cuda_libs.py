@@ -26,6 +26,7 @@ from ._blocked import (
     SWAP_COLUMNS,
     SWAP_WARPS,
     SWAP_WIDTH,
+    TALL_PANELS,
     PanelConfig,
     Source,
     solve_tile,
@@ -82,6 +83,8 @@ def _panel_name(dtype: str, config: PanelConfig) -> str:
     t = _LU_TYPES[dtype]
     if config == _WARP_PANEL:
         return f"panel_warp<{t}>"
+    if config.sub:
+        return f"panel_tall<{t}, {config.threads}, {config.rows}, {config.sub}>"
     return f"panel<{t}, {config.blocks}, {config.threads}, {config.rows}, {config.width}>"
 
 
@@ -97,7 +100,7 @@ def lu_kernel_names() -> list[str]:
     """Every kernel instance of kernels/lu.cu that the blocked LU may launch."""
     names = []
     for dtype, table in PANELS.items():
-        panels = table + CLUSTER_PANELS[dtype]
+        panels = table + CLUSTER_PANELS[dtype] + TALL_PANELS[dtype]
         names += [_LU_NS + _panel_name(dtype, config) for _, config in panels]
         names.append(_LU_NS + _swap_name(dtype))
         names += [_LU_NS + _solve_name(dtype, rhs) for rhs in (1, SOLVE_RHS, SOLVE_WIDE[dtype])]

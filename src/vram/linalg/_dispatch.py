@@ -114,8 +114,10 @@ class Crossover:
 # With cluster panels (``_blocked.CLUSTER_FROM``: batches of up to 16, on sm_90) blocked
 # also wins to 2048 (ms, blocked / streams 8, the run that set them): 2048 x 2 6.29 / 6.30,
 # 2048 x 4 7.45 / 8.39, 2048 x 16 15.7 / 24.0; at 4096 the side streams win again (4096 x 4
-# 30.0 / 23.4). Without clusters, or for doubles past 1024 rows in larger batches, blocked
-# cannot run those and the side streams take them.
+# 30.0 / 23.4). Tall panels (``_blocked.TALL_FROM``, any device) now take those batches'
+# panels to 2048 rows, 8-16% faster than clusters (2048 x 16: 14.6 ms). Doubles past 1024
+# rows in batches of more than 16, and past 2048 rows on a device without clusters,
+# blocked cannot run: the side streams take them.
 _REAL_LU = Crossover(bands=((2048, "blocked"), (EVERY_N, "streams")))
 _COMPLEX = Crossover(bands=((512, "cublas"), (EVERY_N, "streams")))
 LU_CROSSOVERS: dict[str, Crossover] = {

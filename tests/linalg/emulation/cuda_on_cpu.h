@@ -28,6 +28,7 @@ inline dim3 gridDim;
 #define __launch_bounds__(...)
 #define __shared__ static
 #define __align__(bytes) alignas(bytes)
+#define __CUDA_ARCH__ 900  // the kernels' sm_80+ paths (warp reductions) are the ones run
 
 namespace cuda_on_cpu {
 inline std::barrier<>* block_barrier = nullptr;
@@ -71,6 +72,43 @@ inline unsigned __ballot_sync(unsigned, bool predicate) {
     for (unsigned lane = 0; lane < 32; ++lane)
         if (exchange[(t & ~31u) + lane][0]) bits |= 1u << lane;
     warp_barriers[t / 32]->arrive_and_wait();
+    return bits;
+}
+
+// redux.sync: every lane of the warp gets the max / min of the values its lanes offer
+namespace cuda_on_cpu {
+template <typename Pick> unsigned reduce_warp(unsigned value, Pick pick) {
+    const unsigned t = threadIdx.x;
+    std::memcpy(exchange[t], &value, sizeof(value));
+    warp_barriers[t / 32]->arrive_and_wait();
+    unsigned best = value;
+    for (unsigned lane = 0; lane < 32; ++lane) {
+        unsigned other;
+        std::memcpy(&other, exchange[(t & ~31u) + lane], sizeof(other));
+        best = pick(best, other);
+    }
+    warp_barriers[t / 32]->arrive_and_wait();
+    return best;
+}
+}  // namespace cuda_on_cpu
+
+inline unsigned __reduce_max_sync(unsigned, unsigned value) {
+    return cuda_on_cpu::reduce_warp(value, [](unsigned x, unsigned y) { return x > y ? x : y; });
+}
+
+inline unsigned __reduce_min_sync(unsigned, unsigned value) {
+    return cuda_on_cpu::reduce_warp(value, [](unsigned x, unsigned y) { return x < y ? x : y; });
+}
+
+inline unsigned __float_as_uint(float x) {
+    unsigned bits;
+    std::memcpy(&bits, &x, sizeof(bits));
+    return bits;
+}
+
+inline long long __double_as_longlong(double x) {
+    long long bits;
+    std::memcpy(&bits, &x, sizeof(bits));
     return bits;
 }
 

@@ -29,12 +29,32 @@ using cuda_on_cpu::launch;
     PANEL(T, 32, 4, 8)  \
     PANEL(T, 64, 2, 8)
 
-extern "C" int emu_panel(int dtype, int threads, int rows, int width, long long batch,
+// tall panels (32 columns, ``sub`` of them in registers at a time)
+#define TALL(T, THREADS, R, W)                                                              \
+    if (threads == THREADS && rows == R && width == 32 && sub == W) {                       \
+        launch(dim3{(unsigned)batch, 1, 1}, dim3{THREADS, 1, 1},                            \
+               [&] { panel_tall<T, THREADS, R, W>(*args); });                                  \
+        return 0;                                                                           \
+    }
+#define TALLS(T)     \
+    TALL(T, 64, 2, 8) \
+    TALL(T, 32, 4, 4) \
+    TALL(T, 64, 1, 2)
+
+extern "C" int emu_panel(int dtype, int threads, int rows, int width, int sub, long long batch,
                          const PanelArgs* args) {
     if (dtype == 0) {
-        PANELS(float)
+        if (sub) {
+            TALLS(float)
+        } else {
+            PANELS(float)
+        }
     } else {
-        PANELS(double)
+        if (sub) {
+            TALLS(double)
+        } else {
+            PANELS(double)
+        }
     }
     return -1;
 }

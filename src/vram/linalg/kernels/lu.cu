@@ -6,8 +6,10 @@
 //   (or, for tall panels on sm_90, a cluster of blocks sharing their offers through
 //   distributed shared memory), the panel in registers (each thread holds R rows of NB
 //   columns); rows are never moved while it runs, a position per row says where it is,
-//   and every row is stored at its final place at the end. Pivots are LAPACK's (1-based, absolute row numbers); info is
-//   the first zero pivot (1-based), as getrf's.
+//   and every row is stored at its final place at the end. ``panel_warp`` is a warp per
+//   matrix of at most 32 rows; ``panel_tall`` one block for a tall panel of a small batch,
+//   W of its columns in registers at a time. Pivots are LAPACK's (1-based, absolute row
+//   numbers); info is the first zero pivot (1-based), as getrf's.
 // - swap_trsm: the panel's row interchanges applied, in order, to every other column, and
 //   the columns right of the panel solved with the panel's unit lower triangle (U12); a
 //   warp per column, the interchanges composed into one gather first.
@@ -59,6 +61,53 @@ template <typename T, typename P> __device__ __forceinline__ void warp_best(T& k
             place = other_place;
         }
     }
+}
+
+// The pivot search by warp reductions (redux.sync, sm_80 and later) instead of a
+// butterfly: a key's image is an unsigned integer in the key's order: -1 (no candidate)
+// -> 0, -0.5 (NaN) -> 1, a magnitude -> its bits + 2 (the bits of floats >= 0 order as the
+// floats do). A float's image fits one word, a double's takes two.
+__device__ __forceinline__ u64 key_image(float key) {
+    return key >= 0.0f ? (u64)__float_as_uint(key) + 2ull : (key == -0.5f ? 1ull : 0ull);
+}
+
+__device__ __forceinline__ u64 key_image(double key) {
+    return key >= 0.0 ? (u64)__double_as_longlong(key) + 2ull : (key == -0.5 ? 1ull : 0ull);
+}
+
+// The warp's best (image, place), left in every lane: the largest image, then the
+// smallest place (the order of ``beats``). ``WIDE``: images may take two words.
+template <bool WIDE> __device__ __forceinline__ void warp_pick(u64& image, int& place) {
+    const unsigned all = 0xffffffffu;
+#if __CUDA_ARCH__ >= 800
+    unsigned high = 0, best_high = 0;
+    if constexpr (WIDE) {
+        high = (unsigned)(image >> 32);
+        best_high = __reduce_max_sync(all, high);
+    }
+    const unsigned low = (unsigned)image;
+    const unsigned best_low = __reduce_max_sync(all, high == best_high ? low : 0u);
+    const bool best = high == best_high && low == best_low;
+    place = (int)__reduce_min_sync(all, best ? (unsigned)place : 0xffffffffu);
+    image = ((u64)best_high << 32) | best_low;
+#else
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const u64 other_image = __shfl_xor_sync(all, image, offset);
+        const int other_place = __shfl_xor_sync(all, place, offset);
+        if (other_image > image || (other_image == image && other_place < place)) {
+            image = other_image;
+            place = other_place;
+        }
+    }
+#endif
+}
+
+// The place of the warp's best (key, place) (non-negative places; 0x7fffffff for none).
+template <typename T> __device__ __forceinline__ int pivot_place(T key, int place) {
+    u64 image = key_image(key);
+    warp_pick<sizeof(T) == 8>(image, place);
+    return place;
 }
 
 // row[c] for a runtime c, with every index known at compile time (row stays in registers)
@@ -307,14 +356,19 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
 
 // The same step for a panel of at most 32 rows (a whole matrix of n <= 32, or the last
 // panel of a larger one): one warp per matrix, a row per lane, every loop unrolled (each
-// column touches only the columns right of it), no block barrier: about a quarter of the
-// instructions of ``panel<T, 32, 1, 32>``, which matters where there are thousands of them.
+// column touches only the columns right of it), no block barrier and no shared memory.
+// Where there are thousands of them the multiprocessor's shuffle / shared memory pipe is
+// what limits it, so each column costs few of its instructions: the pivot search is two
+// warp reductions (three for doubles) of ``pivot_place`` instead of a ten-shuffle
+// butterfly, and the pivot row reaches the lanes by one shuffle per column right of c
+// (no store and load through shared memory). Lane c keeps column c's pivot; the pivots
+// are written together at the end.
 // (Launch bounds for 32 warps of floats a multiprocessor, 16 of doubles: 64 / 128
 // registers, no spill; 4096 matrices are then one wave on an H100, not one and a half.)
 template <typename T>
 __global__ void __launch_bounds__(32, sizeof(T) == 4 ? 32 : 16) panel_warp(const PanelArgs args) {
     constexpr int NB = 32;
-    __shared__ T prow[NB];
+    const unsigned all = 0xffffffffu;
 
     const i64 b = blockIdx.x;
     const int lane = threadIdx.x;
@@ -330,42 +384,39 @@ __global__ void __launch_bounds__(32, sizeof(T) == 4 ? 32 : 16) panel_warp(const
     for (int c = 0; c < NB; ++c) a[c] = (lane < h && c < jb) ? row[c * args.src_col] : T(0);
 
     int first_zero = 0;
+    int my_pivot = 0;  // lane c: the position column c's pivot came from
 #pragma unroll
     for (int c = 0; c < NB; ++c) {
         if (c < jb) {  // the same for every lane
             const bool candidate = pivot ? pos >= c : pos == c;
-            T key = candidate ? search_key(a[c]) : T(-1);
-            int place = candidate ? pos : 0x7fffffff;
-            warp_best(key, place);
-            if (pos == place) {
-#pragma unroll
-                for (int j = c; j < NB; ++j) prow[j] = a[j];
-            }
-            __syncwarp();
-            const T d = prow[c];
+            const int place = pivot_place(candidate ? search_key(a[c]) : T(-1),
+                                          candidate ? pos : 0x7fffffff);
+            const int owner = __ffs(__ballot_sync(all, pos == place)) - 1;
+            const T d = __shfl_sync(all, a[c], owner);
+            if (lane == c) my_pivot = place;
             if (pos == place) {
                 pos = c;
             } else if (pos == c) {
                 pos = place;
             }
-            if (lane == 0) {
-                if (pivot) {
-                    int* ipiv = reinterpret_cast<int*>(args.ipiv) + b * args.ipiv_stride;
-                    ipiv[k0 + c] = (int)(k0 + place + 1);
-                }
-                if (d == T(0) && first_zero == 0) first_zero = (int)(k0 + c + 1);
-            }
-            if (pos > c) {
-                T x = a[c];
-                if (d != T(0)) x = magnitude(d) >= smallest_normal<T>() ? x * (T(1) / d) : x / d;
-                a[c] = x;
+            if (d == T(0) && first_zero == 0) first_zero = (int)(k0 + c + 1);
+            const bool below = pos > c;
+            T x = a[c];
+            if (below && d != T(0))
+                x = magnitude(d) >= smallest_normal<T>() ? x * (T(1) / d) : x / d;
+            if (below) a[c] = x;
 #pragma unroll
-                for (int j = c + 1; j < NB; ++j) a[j] -= x * prow[j];
+            for (int j = c + 1; j < NB; ++j) {
+                const T u = __shfl_sync(all, a[j], owner);  // every lane: a full-warp shuffle
+                if (below) a[j] -= x * u;
             }
-            __syncwarp();  // prow is written again at the next column
         }
     }
 
+    if (pivot && lane < jb) {
+        int* ipiv = reinterpret_cast<int*>(args.ipiv) + b * args.ipiv_stride;
+        ipiv[k0 + lane] = (int)(k0 + my_pivot + 1);
+    }
     if (lane == 0) {
         int* info = reinterpret_cast<int*>(args.info) + b;
         if (k0 == 0) {
@@ -379,6 +430,235 @@ __global__ void __launch_bounds__(32, sizeof(T) == 4 ? 32 : 16) panel_warp(const
 #pragma unroll
         for (int c = 0; c < NB; ++c) {
             if (c < jb) out[c * m] = a[c];
+        }
+    }
+}
+
+// The same step for a tall panel of ONE block (one matrix's panel on one multiprocessor,
+// for a batch too small to fill the GPU): rows too many for a 32-column panel in one
+// block's registers, so the block holds W columns at a time (a sub-panel) and the rest of
+// the panel stays in global memory (the matrix itself, in L2), a recursive getrf inside
+// the panel:
+// - a column of the sub-panel costs ONE barrier: every warp offers its best row with that
+//   row's W values, and after the barrier every warp finds the block's best among the
+//   offers alike (warp reductions) and reads the winning row from the offer;
+// - after a sub-panel, its U12 (the pivot rows' later columns, solved with the sub-panel's
+//   unit lower triangle, kept from the winning rows) is found by one thread a column, and
+//   every thread subtracts L21 U12 from its own rows of the later columns (a GEMM of
+//   rank W, right-looking), keeping the next sub-panel in registers.
+// Rows stay where they are while the panel runs (thread t holds rows r * THREADS + t, so
+// loads and stores of a column are coalesced); a position per row says where it is, and
+// at the end every row that moved (at most 2 jb of them) is copied to its place.
+template <typename T, int THREADS, int R, int W>
+__global__ void __launch_bounds__(THREADS) panel_tall(const PanelArgs args) {
+    constexpr int NB = 32;
+    constexpr int WARPS = THREADS / 32;
+    static_assert(NB % W == 0 && WARPS <= 32 && THREADS >= NB, "sub-panels; an offer a lane");
+    __shared__ T offer_row[2][WARPS][W];  // each warp's best row, by column parity
+    __shared__ u64 offer_image[2][WARPS];
+    __shared__ int offer_place[2][WARPS];
+    __shared__ int offer_home[2][WARPS];  // where that row lies (its row from k0)
+    __shared__ T lower[NB][W];            // row c: the pivot row of column c, its sub-panel
+    __shared__ int home[NB];              // the row (from k0) column c's pivot row lies in
+    __shared__ T upper[W][NB];            // a sub-panel's U12
+
+    const unsigned all = 0xffffffffu;
+    const i64 b = blockIdx.x;
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const i64 k0 = args.k0;
+    const int m = (int)args.m;  // (a panel of one matrix on one block: its rows fit an int)
+    const int jb = (int)args.jb;
+    const int h = (int)(m - k0);
+    const bool pivot = args.pivot != 0;
+    T* lu = reinterpret_cast<T*>(args.lu) + b * args.lu_stride + k0 + k0 * args.m;  // (k0, k0)
+
+    int pos[R];  // where each of this thread's rows is now (-1: no row)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const int i = r * THREADS + tid;
+        pos[r] = i < h ? i : -1;
+    }
+    T a[R][W];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int j = 0; j < W; ++j) a[r][j] = (pos[r] >= 0 && j < jb) ? lu[pos[r] + j * m] : T(0);
+    }
+
+    int first_zero = 0;
+#pragma unroll 1
+    for (int c0 = 0; c0 < jb; c0 += W) {
+#pragma unroll
+        for (int cc = 0; cc < W; ++cc) {
+            const int c = c0 + cc;
+            if (c < jb) {  // the same for every thread
+                const int buf = c & 1;
+                u64 image = 0;
+                int place = 0x7fffffff;
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const bool candidate = pivot ? pos[r] >= c : pos[r] == c;
+                    const u64 mine = candidate ? key_image(search_key(a[r][cc])) : 0ull;
+                    if (candidate && (mine > image || (mine == image && pos[r] < place))) {
+                        image = mine;
+                        place = pos[r];
+                    }
+                }
+                warp_pick<sizeof(T) == 8>(image, place);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (pos[r] == place) {  // this thread holds the warp's best row
+#pragma unroll
+                        for (int j = 0; j < W; ++j) offer_row[buf][warp][j] = a[r][j];
+                        offer_home[buf][warp] = r * THREADS + tid;
+                    }
+                }
+                if (lane == 0) {
+                    offer_image[buf][warp] = image;
+                    offer_place[buf][warp] = place;
+                }
+                __syncthreads();
+                // the block's best, found by every warp alike: lane v takes warp v's offer
+                u64 best_image = lane < WARPS ? offer_image[buf][lane] : 0ull;
+                const int offered = lane < WARPS ? offer_place[buf][lane] : 0x7fffffff;
+                int p = offered;
+                warp_pick<sizeof(T) == 8>(best_image, p);
+                const int winner = __ffs(__ballot_sync(all, lane < WARPS && offered == p)) - 1;
+                const T* prow = offer_row[buf][winner];
+                const T d = prow[cc];
+                // LAPACK's interchange of rows c and p, as positions
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (pos[r] == p) {
+                        pos[r] = c;
+                    } else if (pos[r] == c) {
+                        pos[r] = p;
+                    }
+                }
+                if (tid < W) lower[c][tid] = prow[tid];
+                if (tid == 0) {
+                    home[c] = offer_home[buf][winner];
+                    if (pivot) {
+                        int* ipiv = reinterpret_cast<int*>(args.ipiv) + b * args.ipiv_stride;
+                        ipiv[k0 + c] = (int)(k0 + p + 1);
+                    }
+                    if (d == T(0) && first_zero == 0) first_zero = (int)(k0 + c + 1);
+                }
+                // L's column (a zero pivot leaves it unscaled, as LAPACK), the rank-1 update
+                const bool scale = d != T(0);
+                const bool reciprocal = magnitude(d) >= smallest_normal<T>();
+                const T inverse = scale ? T(1) / d : T(0);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (pos[r] > c) {
+                        T x = a[r][cc];
+                        if (scale) x = reciprocal ? x * inverse : x / d;
+                        a[r][cc] = x;
+#pragma unroll
+                        for (int j = cc + 1; j < W; ++j) a[r][j] -= x * prow[j];
+                    }
+                }
+            }
+        }
+
+        // the sub-panel goes back where its rows lie (the last one: where they belong)
+        const int next = c0 + W;
+        const bool last = next >= jb;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (pos[r] >= 0) {
+                T* row = lu + (last ? pos[r] : r * THREADS + tid);
+#pragma unroll
+                for (int j = 0; j < W; ++j) {
+                    if (c0 + j < jb) row[(c0 + j) * m] = a[r][j];
+                }
+            }
+        }
+        if (last) break;
+        __syncthreads();  // lower and home complete; the pivot rows' later columns written
+        // U12: the pivot rows' columns right of the sub-panel, solved with its unit lower
+        // triangle (lower[c0 + t][u], u < t): one thread a column
+        const int later = jb - next;
+        if (tid < later) {
+            const int col = next + tid;
+            T u[W];
+#pragma unroll
+            for (int t = 0; t < W; ++t) u[t] = lu[home[c0 + t] + col * m];
+#pragma unroll
+            for (int t = 0; t < W; ++t) {
+#pragma unroll
+                for (int v = 0; v < t; ++v) u[t] -= lower[c0 + t][v] * u[v];
+                upper[t][col] = u[t];
+                lu[home[c0 + t] + col * m] = u[t];
+            }
+        }
+        __syncthreads();
+        // L21 U12 off this thread's rows below the sub-panel's pivots, right of it, W
+        // columns at a time, the farthest first: the next sub-panel's columns come last and
+        // stay in registers, each row's replacing its L (a[r]) once that row is done
+#pragma unroll 1
+        for (int g = (later - 1) / W; g >= 0; --g) {
+            const int col0 = next + g * W;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                T* row = lu + (r * THREADS + tid);
+                T x[W];
+#pragma unroll
+                for (int j = 0; j < W; ++j) {
+                    x[j] = T(0);
+                    if (pos[r] >= 0 && col0 + j < jb) x[j] = row[(col0 + j) * m];
+                }
+                if (pos[r] >= next) {
+#pragma unroll
+                    for (int t = 0; t < W; ++t) {
+#pragma unroll
+                        for (int j = 0; j < W; ++j) {
+                            if (col0 + j < jb) x[j] -= a[r][t] * upper[t][col0 + j];
+                        }
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < W; ++j) {
+                    if (g == 0) {
+                        a[r][j] = x[j];
+                    } else if (pos[r] >= 0 && col0 + j < jb) {
+                        row[(col0 + j) * m] = x[j];
+                    }
+                }
+            }
+        }
+    }
+
+    if (tid == 0) {
+        int* info = reinterpret_cast<int*>(args.info) + b;
+        if (k0 == 0) {
+            *info = first_zero;
+        } else if (first_zero != 0 && *info == 0) {
+            *info = first_zero;
+        }
+    }
+    // the rows that moved, to their places: the columns before the last sub-panel, W at a
+    // time (every moved row read, then written)
+    const int done = ((jb - 1) / W) * W;  // the last sub-panel's first column
+#pragma unroll 1
+    for (int c0 = 0; c0 < done; c0 += W) {
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (pos[r] >= 0 && pos[r] != r * THREADS + tid) {
+#pragma unroll
+                for (int j = 0; j < W; ++j) a[r][j] = lu[(r * THREADS + tid) + (c0 + j) * m];
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (pos[r] >= 0 && pos[r] != r * THREADS + tid) {
+#pragma unroll
+                for (int j = 0; j < W; ++j) lu[pos[r] + (c0 + j) * m] = a[r][j];
+            }
         }
     }
 }
