@@ -197,11 +197,12 @@ def test_the_64_bit_api_matches_pytorch(monkeypatch, algo):
 
 
 @pytest.mark.parametrize("panels", ["clusters", "blocks"])
-@pytest.mark.parametrize("n", [33, 700])
+@pytest.mark.parametrize("n", [20, 33, 700])
 @pytest.mark.parametrize("dt", [vram.float32, vram.float64], ids=["float32", "float64"])
 def test_blocked_lu_and_solve_match_pytorch(monkeypatch, dt, n, panels):
     """vram's own kernels (kernels/lu.cu) over several panels: pivots as PyTorch's, X for
-    1 and 11 right-hand sides (two blocks of 8), left and right, B read where it lies. The
+    1 and 11 right-hand sides (two blocks of 8; at n = 20 a thread each), left and right,
+    B read where it lies. The
     tall panels of this batch of 3 go to clusters of blocks (``CLUSTER_FROM``), or to a
     block a matrix where the table is emptied."""
     if panels == "blocks":

@@ -103,11 +103,15 @@ class CpuLibs:
         rhs = _blocked.solve_tile(dtype, n, nrhs)
         args = np.array(_pack(_SOLVE_ARGS, lu, n * n, pivots, n, b, b_batch, b_row, b_col, x,
                               n * nrhs, n, nrhs, int(transposed)))  # fmt: skip
-        threads = -(-n // 32) * 32
-        done = self.kernels.emu_getrs(
-            CODES[dtype], rhs, threads, ctypes.c_longlong(batch),
-            ctypes.c_longlong(-(-nrhs // rhs)), ctypes.c_void_p(args.ctypes.data),
-        )  # fmt: skip
+        tiles = ctypes.c_longlong(-(-nrhs // rhs))
+        pointer = ctypes.c_void_p(args.ctypes.data)
+        if _blocked.solve_columns(n, nrhs):  # a thread per right-hand side
+            done = self.kernels.emu_getrs_columns(CODES[dtype], rhs, ctypes.c_longlong(batch),
+                                                  tiles, pointer)  # fmt: skip
+        else:
+            threads = -(-n // 32) * 32
+            done = self.kernels.emu_getrs(CODES[dtype], rhs, threads, ctypes.c_longlong(batch),
+                                          tiles, pointer)  # fmt: skip
         assert done == 0
 
 
@@ -238,11 +242,13 @@ def test_without_pivoting(kernels, monkeypatch, table):
 
 @pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("nrhs", [1, 11, 40])  # one, 8 a block, 16 a block (float64)
-def test_solve_matches_lapack(kernels, monkeypatch, transposed, nrhs):
-    """X from the factors, B read row-major where it lies (or X itself: in place)."""
+@pytest.mark.parametrize("n", [45, 32, 20])  # a thread a row; a thread a right-hand side
+def test_solve_matches_lapack(kernels, monkeypatch, transposed, nrhs, n):
+    """X from the factors, B read row-major where it lies (or X itself: in place); to 32
+    rows, more than 8 right-hand sides take a thread each (``getrs_columns``)."""
     use(monkeypatch, "mixed")
     rng = np.random.default_rng(nrhs)
-    n, batch = 45, 2
+    batch = 2
     a = rng.standard_normal((batch, n, n))
     lu, pivots, _ = factor_on_cpu(kernels, a)
     factors = np.ascontiguousarray(np.swapaxes(lu, 1, 2))  # column-major, packed

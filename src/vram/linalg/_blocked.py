@@ -21,8 +21,9 @@ instead of a copy of it. No workspace, no pointer arrays: the factors, pivots an
 all the memory a call needs.
 
 The solve is one launch: a block per (matrix, up to ``solve_tile`` right-hand sides), a
-thread per row, P, L and U applied in turn (for A^T: U^T, L^T and P^T), reading B where it lies
-and writing X column-major; B may be X.
+thread per row (a thread per right-hand side for small matrices with many of them:
+``solve_columns``), P, L and U applied in turn (for A^T: U^T, L^T and P^T), reading B
+where it lies and writing X column-major; B may be X.
 
 Real dtypes only: complex ones go to cuBLAS and cuSOLVER (whose complex pivot rules differ:
 see ``vram.linalg``), as do matrices of more than ``MAX_ROWS`` rows.
@@ -50,6 +51,9 @@ __all__ = [
     "SOLVE_RHS",
     "SOLVE_WIDE",
     "solve_tile",
+    "solve_columns",
+    "SOLVE_COLUMNS_MAX_N",
+    "SOLVE_COLUMNS_THREADS",
     "clusters_on",
     "supports",
     "panel_config",
@@ -170,12 +174,25 @@ SOLVE_MAX_N = 1024  # the solve's one thread per row
 SOLVE_RHS = 8
 SOLVE_WIDE = {"float32": 32, "float64": 16}
 SOLVE_WIDE_MAX_N = 128  # kernels/lu.cu: a wide tile's block has at most 128 threads
+# Matrices of at most 32 rows with more right-hand sides than SOLVE_RHS: a thread per
+# right-hand side (``getrs_columns``, up to 128 a block), the factors in shared memory.
+# At 4096 x 32 x 32 with 64 right-hand sides a thread a row took 0.32 ms on an H100,
+# bound by the solved rows it shares through shared memory every step.
+SOLVE_COLUMNS_MAX_N = 32
+SOLVE_COLUMNS_THREADS = 128
+
+
+def solve_columns(n: int, nrhs: int) -> bool:
+    """Whether the solve runs a thread per right-hand side (``getrs_columns``)."""
+    return n <= SOLVE_COLUMNS_MAX_N and nrhs > SOLVE_RHS
 
 
 def solve_tile(dtype: str, n: int, nrhs: int) -> int:
-    """Right-hand sides per block of the solve kernel."""
+    """Right-hand sides per block of the solve kernel (for ``getrs_columns``: its threads)."""
     if nrhs == 1:
         return 1
+    if solve_columns(n, nrhs):
+        return min(SOLVE_COLUMNS_THREADS, -(-nrhs // 32) * 32)
     if n <= SOLVE_WIDE_MAX_N and nrhs > SOLVE_RHS:
         return SOLVE_WIDE[dtype]
     return SOLVE_RHS

@@ -29,6 +29,7 @@ from ._blocked import (
     TALL_PANELS,
     PanelConfig,
     Source,
+    solve_columns,
     solve_tile,
 )
 
@@ -104,6 +105,7 @@ def lu_kernel_names() -> list[str]:
         names += [_LU_NS + _panel_name(dtype, config) for _, config in panels]
         names.append(_LU_NS + _swap_name(dtype))
         names += [_LU_NS + _solve_name(dtype, rhs) for rhs in (1, SOLVE_RHS, SOLVE_WIDE[dtype])]
+        names.append(f"{_LU_NS}getrs_columns<{_LU_TYPES[dtype]}>")
     return names
 
 
@@ -420,6 +422,9 @@ class CudaLibs:
         rhs = solve_tile(dtype, n, nrhs)
         args = _pack(_SOLVE_ARGS, lu, n * n, pivots, n, b, b_batch, b_row, b_col, x, n * nrhs,
                      n, nrhs, int(transposed))  # fmt: skip
-        threads = -(-n // 32) * 32
         grid = (batch * -(-nrhs // rhs), 1)  # a matrix's tiles adjacent (kernels/lu.cu)
-        self._lu_launch(s, _solve_name(dtype, rhs), grid, threads, args)
+        if solve_columns(n, nrhs):  # a thread per right-hand side
+            name, threads = f"getrs_columns<{_LU_TYPES[dtype]}>", rhs
+        else:  # a thread per row
+            name, threads = _solve_name(dtype, rhs), -(-n // 32) * 32
+        self._lu_launch(s, name, grid, threads, args)

@@ -82,3 +82,11 @@ extern "C" int emu_getrs(int dtype, int rhs, int threads, long long batch, long 
     else return -1;
     return 0;
 }
+
+extern "C" int emu_getrs_columns(int dtype, int threads, long long batch, long long tiles,
+                                 const SolveArgs* args) {
+    dim3 grid{(unsigned)(batch * tiles), 1, 1}, block{(unsigned)threads, 1, 1};
+    if (dtype == 0) launch(grid, block, [&] { getrs_columns<float>(*args); });
+    else launch(grid, block, [&] { getrs_columns<double>(*args); });
+    return 0;
+}

@@ -896,4 +896,101 @@ __global__ void __launch_bounds__(RT > 8 ? 128 : 1024) getrs(const SolveArgs arg
     }
 }
 
+// The solve for n <= 32 with many right-hand sides: a thread per right-hand side (its
+// column of B in registers) instead of a thread per row, the matrix's factors in shared
+// memory, read by every thread alike (broadcasts). The row-a-thread kernel shares a
+// solved row through shared memory every step, and where thousands of small matrices
+// have many right-hand sides that traffic is what bounds it; here each factor is read
+// once a thread and nothing else is shared. A block per (matrix, blockDim.x right-hand
+// sides), its tiles adjacent. Each thread reads its column of B before writing its column
+// of X, so B may be X (in place). The interchanges and the order of the steps are those
+// of ``getrs``.
+template <typename T>
+__global__ void __launch_bounds__(128) getrs_columns(const SolveArgs args) {
+    constexpr int N = 32;
+    __shared__ T factors[N][N + 1];  // [column][row], padded
+    __shared__ int order[N];
+    __shared__ int destination[N];
+    __shared__ int swaps[N];
+
+    const int threads = (int)blockDim.x;
+    const i64 tiles = (args.nrhs + threads - 1) / threads;
+    const i64 b = blockIdx.x / tiles;
+    const int tid = threadIdx.x;
+    const int n = (int)args.n;
+    const i64 col = (i64)(blockIdx.x % tiles) * threads + tid;  // this thread's right-hand side
+    const bool transposed = args.trans != 0;
+    const T* lu = reinterpret_cast<const T*>(args.lu) + b * args.lu_stride;
+    const int* ipiv = reinterpret_cast<const int*>(args.ipiv) + b * args.ipiv_stride;
+
+    for (int e = tid; e < n * n; e += threads) factors[e / n][e % n] = lu[e];
+    for (int r = tid; r < n; r += threads) {
+        swaps[r] = ipiv[r] - 1;
+        order[r] = r;
+    }
+    __syncthreads();
+    if (tid == 0) {  // LAPACK's interchanges, in order (or for A^T in reverse), as a gather
+        for (int s = 0; s < n; ++s) {
+            const int r = transposed ? n - 1 - s : s;
+            const int t = swaps[r], kept = order[r];
+            order[r] = order[t];
+            order[t] = kept;
+        }
+    }
+    __syncthreads();
+    if (transposed) {
+        for (int r = tid; r < n; r += threads) destination[order[r]] = r;
+        __syncthreads();
+    }
+
+    const bool live = col < args.nrhs;
+    const T* rhs = reinterpret_cast<const T*>(args.b) + b * args.b_batch + col * args.b_col;
+    T v[N];
+#pragma unroll
+    for (int r = 0; r < N; ++r) {
+        v[r] = T(0);
+        if (live && r < n) v[r] = rhs[(i64)(transposed ? r : order[r]) * args.b_row];
+    }
+    if (!transposed) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) {  // L (unit lower), forward
+            if (k < n) {
+#pragma unroll
+                for (int i = k + 1; i < N; ++i) v[i] -= factors[k][i] * v[k];
+            }
+        }
+#pragma unroll
+        for (int k = N - 1; k >= 0; --k) {  // U, backward
+            if (k < n) {
+                v[k] /= factors[k][k];
+#pragma unroll
+                for (int i = 0; i < k; ++i) v[i] -= factors[k][i] * v[k];
+            }
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) {  // U^T (lower), forward
+            if (k < n) {
+                v[k] /= factors[k][k];
+#pragma unroll
+                for (int i = k + 1; i < N; ++i) v[i] -= factors[i][k] * v[k];
+            }
+        }
+#pragma unroll
+        for (int k = N - 1; k >= 0; --k) {  // L^T (unit upper), backward
+            if (k < n) {
+#pragma unroll
+                for (int i = 0; i < k; ++i) v[i] -= factors[i][k] * v[k];
+            }
+        }
+    }
+    if (live) {
+        T* x = reinterpret_cast<T*>(args.x) + b * args.x_stride + col * n;
+#pragma unroll
+        for (int r = 0; r < N; ++r) {
+            if (r < n) x[transposed ? destination[r] : r] = v[r];
+        }
+    }
+}
+
 }  // namespace vram_lu
