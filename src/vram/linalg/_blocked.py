@@ -175,11 +175,11 @@ SOLVE_RHS = 8
 SOLVE_WIDE = {"float32": 32, "float64": 16}
 SOLVE_WIDE_MAX_N = 128  # kernels/lu.cu: a wide tile's block has at most 128 threads
 # Matrices of at most 32 rows with more right-hand sides than SOLVE_RHS: a thread per
-# right-hand side (``getrs_columns``, up to 128 a block), the factors in shared memory.
+# right-hand side (``getrs_columns``, up to 64 a block), the factors in shared memory.
 # At 4096 x 32 x 32 with 64 right-hand sides a thread a row took 0.32 ms on an H100,
 # bound by the solved rows it shares through shared memory every step.
 SOLVE_COLUMNS_MAX_N = 32
-SOLVE_COLUMNS_THREADS = 128
+SOLVE_COLUMNS_THREADS = 64  # kernels/lu.cu: its block, and its staging of X
 
 
 def solve_columns(n: int, nrhs: int) -> bool:

@@ -902,13 +902,15 @@ __global__ void __launch_bounds__(RT > 8 ? 128 : 1024) getrs(const SolveArgs arg
 // solved row through shared memory every step, and where thousands of small matrices
 // have many right-hand sides that traffic is what bounds it; here each factor is read
 // once a thread and nothing else is shared. A block per (matrix, blockDim.x right-hand
-// sides), its tiles adjacent. Each thread reads its column of B before writing its column
-// of X, so B may be X (in place). The interchanges and the order of the steps are those
-// of ``getrs``.
+// sides), its tiles adjacent. Every read of B comes before the last barrier and every
+// write of X after it, so B may be X (in place). The interchanges and the order of the
+// steps are those of ``getrs``.
+constexpr int SOLVE_COLUMNS_THREADS = 64;  // the most right-hand sides a block
+
 template <typename T>
-__global__ void __launch_bounds__(128) getrs_columns(const SolveArgs args) {
+__global__ void __launch_bounds__(SOLVE_COLUMNS_THREADS) getrs_columns(const SolveArgs args) {
     constexpr int N = 32;
-    __shared__ T factors[N][N + 1];  // [column][row], padded
+    __align__(16) __shared__ T factors[N][N];  // [column][row]: a column read as vectors
     __shared__ int order[N];
     __shared__ int destination[N];
     __shared__ int swaps[N];
@@ -943,7 +945,7 @@ __global__ void __launch_bounds__(128) getrs_columns(const SolveArgs args) {
         __syncthreads();
     }
 
-    const bool live = col < args.nrhs;
+    const bool live = col < args.nrhs;  // (every thread stays: it meets the last barrier)
     const T* rhs = reinterpret_cast<const T*>(args.b) + b * args.b_batch + col * args.b_col;
     T v[N];
 #pragma unroll
@@ -984,13 +986,18 @@ __global__ void __launch_bounds__(128) getrs_columns(const SolveArgs args) {
             }
         }
     }
-    if (live) {
-        T* x = reinterpret_cast<T*>(args.x) + b * args.x_stride + col * n;
+    // X through shared memory: the block's columns are one run of X, written coalesced
+    // (a thread writing its own column would touch a line per lane a store)
+    __shared__ T staged[SOLVE_COLUMNS_THREADS][N + 1];  // [column][row], padded
 #pragma unroll
-        for (int r = 0; r < N; ++r) {
-            if (r < n) x[transposed ? destination[r] : r] = v[r];
-        }
+    for (int r = 0; r < N; ++r) {
+        if (r < n) staged[tid][transposed ? destination[r] : r] = v[r];
     }
+    __syncthreads();
+    const i64 first = col - tid;
+    const i64 count = (args.nrhs - first < threads ? args.nrhs - first : threads) * n;
+    T* x = reinterpret_cast<T*>(args.x) + b * args.x_stride + first * n;
+    for (int e = tid; e < count; e += threads) x[e] = staged[e / n][e % n];
 }
 
 }  // namespace vram_lu
