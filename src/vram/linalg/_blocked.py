@@ -214,36 +214,37 @@ def _takes(bounds: tuple[tuple[int, int], ...], rows: int, batch: int) -> bool:
     return False
 
 
-def _tall_panel(dtype: str, rows: int, batch: int) -> bool:
-    return _takes(TALL_FROM, rows, batch) and rows <= TALL_MAX_ROWS[dtype]
+def _table(
+    dtype: str, rows: int, batch: int, clusters: bool
+) -> tuple[tuple[tuple[int, PanelConfig], ...], int]:
+    """(the panel table, the most rows it takes) for panels of ``rows`` rows of ``batch``
+    matrices: tall panels, where ``TALL_FROM`` takes them (to ``TALL_MAX_ROWS``); else
+    cluster panels, where the device has them and ``CLUSTER_FROM`` takes them; else a
+    block a matrix."""
+    if _takes(TALL_FROM, rows, batch) and rows <= TALL_MAX_ROWS[dtype]:
+        return TALL_PANELS[dtype], TALL_MAX_ROWS[dtype]
+    if clusters and _takes(CLUSTER_FROM, rows, batch):
+        return CLUSTER_PANELS[dtype], CLUSTER_MAX_ROWS[dtype]
+    return PANELS[dtype], MAX_ROWS[dtype]
 
 
 def supports(dtype: str, m: int, n: int, batch: int = 2, clusters: bool = False) -> bool:
     """Whether ``batch`` m x n matrices of ``dtype`` can be factored here; ``clusters``:
     whether the device runs cluster panels."""
-    limit = MAX_ROWS.get(dtype)
-    if limit is None:
+    if dtype not in PANELS:
         return False
-    if _tall_panel(dtype, m, batch):
-        limit = max(limit, TALL_MAX_ROWS[dtype])
-    if clusters and _takes(CLUSTER_FROM, m, batch):
-        limit = max(limit, CLUSTER_MAX_ROWS[dtype])
-    return 0 < m <= limit and n > 0
+    return 0 < m <= _table(dtype, m, batch, clusters)[1] and n > 0
 
 
 def panel_config(dtype: str, rows: int, batch: int = 2, clusters: bool = False) -> PanelConfig:
     """The panel kernel for a panel of ``rows`` rows of ``batch`` matrices (at most
     MAX_ROWS[dtype], or more where tall or cluster panels take it)."""
-    if _tall_panel(dtype, rows, batch):
-        table = TALL_PANELS[dtype]
-    elif clusters and _takes(CLUSTER_FROM, rows, batch):
-        table = CLUSTER_PANELS[dtype]
-    else:
-        table = PANELS[dtype]
-    for most, config in table:
-        if rows <= most:
-            return config
-    raise ValueError(f"rows: at most {table[-1][0]} for {dtype}, got {rows}")
+    table, most_rows = _table(dtype, rows, batch, clusters)
+    if rows <= most_rows:
+        for most, config in table:
+            if rows <= most:
+                return config
+    raise ValueError(f"rows: at most {most_rows} for {dtype}, got {rows}")
 
 
 def one_panel(dtype: str, m: int, n: int, batch: int = 2, clusters: bool = False) -> bool:

@@ -97,6 +97,10 @@ def _solve_name(dtype: str, rhs: int) -> str:
     return f"getrs<{_LU_TYPES[dtype]}, {rhs}>"
 
 
+def _solve_columns_name(dtype: str) -> str:
+    return f"getrs_columns<{_LU_TYPES[dtype]}>"
+
+
 def lu_kernel_names() -> list[str]:
     """Every kernel instance of kernels/lu.cu that the blocked LU may launch."""
     names = []
@@ -105,7 +109,7 @@ def lu_kernel_names() -> list[str]:
         names += [_LU_NS + _panel_name(dtype, config) for _, config in panels]
         names.append(_LU_NS + _swap_name(dtype))
         names += [_LU_NS + _solve_name(dtype, rhs) for rhs in (1, SOLVE_RHS, SOLVE_WIDE[dtype])]
-        names.append(f"{_LU_NS}getrs_columns<{_LU_TYPES[dtype]}>")
+        names.append(_LU_NS + _solve_columns_name(dtype))
     return names
 
 
@@ -424,7 +428,7 @@ class CudaLibs:
                      n, nrhs, int(transposed))  # fmt: skip
         grid = (batch * -(-nrhs // rhs), 1)  # a matrix's tiles adjacent (kernels/lu.cu)
         if solve_columns(n, nrhs):  # a thread per right-hand side
-            name, threads = f"getrs_columns<{_LU_TYPES[dtype]}>", rhs
+            name, threads = _solve_columns_name(dtype), rhs
         else:  # a thread per row
             name, threads = _solve_name(dtype, rhs), -(-n // 32) * 32
         self._lu_launch(s, name, grid, threads, args)

@@ -4,9 +4,9 @@ Four ways to run a batch (the same on a GPU and on the simulated GPU):
 - ``"blocked"``: vram's own blocked LU and solve (``_blocked``, kernels/lu.cu): a panel
   kernel, a swap + triangular-solve kernel and one cuBLAS strided-batched GEMM per step of
   32 (or 16) columns, for the whole batch at once; one launch for a matrix of at most 32
-  columns. Real dtypes, at most ``_blocked.MAX_ROWS`` rows (more with cluster panels, for
-  batches of up to 16 on sm_90). Wins for batches of matrices to 2048, and every batched
-  solve it can run.
+  columns. Real dtypes, at most ``_blocked.MAX_ROWS`` rows (more with tall panels for
+  batches of up to 16, and with cluster panels on sm_90). Wins for batches of matrices to
+  2048, and every batched solve it can run.
 - ``"cublas"``: cuBLAS's batched routine (getrfBatched / getrsBatched), one launch for the
   whole batch; square matrices only. Wins for the complex types (which have no blocked LU)
   to 512.

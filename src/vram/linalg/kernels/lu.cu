@@ -136,6 +136,17 @@ struct PanelArgs {
     i64 pivot;        // 0: no row interchanges
 };
 
+// info of matrix b after a panel whose first zero pivot is ``first_zero`` (0: none): the
+// first panel sets it, a later one only where no earlier panel found one
+__device__ __forceinline__ void record_info(const PanelArgs& args, i64 b, int first_zero) {
+    int* info = reinterpret_cast<int*>(args.info) + b;
+    if (args.k0 == 0) {
+        *info = first_zero;
+    } else if (first_zero != 0 && *info == 0) {
+        *info = first_zero;
+    }
+}
+
 // A panel's threads meet once a column: a block's at __syncthreads; a cluster's (CLUSTER
 // blocks sharing one matrix, sm_90) at the cluster barrier, whose release and acquire make
 // each block's shared memory writes visible to the others.
@@ -301,7 +312,7 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
             }
             if (d == T(0) && first_zero == 0) first_zero = k0 + c + 1;
         }
-    // L's column (a zero pivot leaves it unscaled, as LAPACK), then the rank-1 update
+        // L's column (a zero pivot leaves it unscaled, as LAPACK), then the rank-1 update
         const bool scale = d != T(0);
         const bool reciprocal = magnitude(d) >= smallest_normal<T>();
         const T inverse = scale ? T(1) / d : T(0);
@@ -331,14 +342,7 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
         }
     }
 
-    if (leader) {
-        int* info = reinterpret_cast<int*>(args.info) + b;
-        if (k0 == 0) {
-            *info = (int)first_zero;
-        } else if (first_zero != 0 && *info == 0) {
-            *info = (int)first_zero;
-        }
-    }
+    if (leader) record_info(args, b, (int)first_zero);
     // no block leaves while another may still read its offers of the last column
     if constexpr (CLUSTER > 1) panel_barrier<CLUSTER>();
     T* out = reinterpret_cast<T*>(args.lu) + b * args.lu_stride;
@@ -417,14 +421,7 @@ __global__ void __launch_bounds__(32, sizeof(T) == 4 ? 32 : 16) panel_warp(const
         int* ipiv = reinterpret_cast<int*>(args.ipiv) + b * args.ipiv_stride;
         ipiv[k0 + lane] = (int)(k0 + my_pivot + 1);
     }
-    if (lane == 0) {
-        int* info = reinterpret_cast<int*>(args.info) + b;
-        if (k0 == 0) {
-            *info = first_zero;
-        } else if (first_zero != 0 && *info == 0) {
-            *info = first_zero;
-        }
-    }
+    if (lane == 0) record_info(args, b, first_zero);
     if (pos >= 0) {
         T* out = reinterpret_cast<T*>(args.lu) + b * args.lu_stride + (k0 + pos) + k0 * m;
 #pragma unroll
@@ -631,14 +628,7 @@ __global__ void __launch_bounds__(THREADS) panel_tall(const PanelArgs args) {
         }
     }
 
-    if (tid == 0) {
-        int* info = reinterpret_cast<int*>(args.info) + b;
-        if (k0 == 0) {
-            *info = first_zero;
-        } else if (first_zero != 0 && *info == 0) {
-            *info = first_zero;
-        }
-    }
+    if (tid == 0) record_info(args, b, first_zero);
     // the rows that moved, to their places: the columns before the last sub-panel, W at a
     // time (every moved row read, then written)
     const int done = ((jb - 1) / W) * W;  // the last sub-panel's first column
@@ -769,6 +759,33 @@ struct SolveArgs {
     i64 trans;  // 0: A X = B; else A^T X = B
 };
 
+// The solves' row order, by the block's threads (``swaps``: scratch of n): row r of P B is
+// row order[r] of B, and for A^T the solved row j goes to row destination[j] of X
+// (LAPACK's interchanges, in order, or for A^T in reverse, composed into one gather).
+// Ends with a barrier: every thread may read the three arrays after it.
+__device__ __forceinline__ void solve_order(const int* ipiv, int n, bool transposed, int* swaps,
+                                            int* order, int* destination) {
+    const int tid = threadIdx.x, threads = blockDim.x;
+    for (int r = tid; r < n; r += threads) {
+        swaps[r] = ipiv[r] - 1;
+        order[r] = r;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        for (int s = 0; s < n; ++s) {
+            const int r = transposed ? n - 1 - s : s;
+            const int t = swaps[r], kept = order[r];
+            order[r] = order[t];
+            order[t] = kept;
+        }
+    }
+    __syncthreads();
+    if (transposed) {
+        for (int r = tid; r < n; r += threads) destination[order[r]] = r;
+        __syncthreads();
+    }
+}
+
 // One block per (matrix, RT right-hand sides), one thread per row (n <= blockDim.x <= 1024):
 // A = P^T L U, so X = U^-1 L^-1 P B, or for A^T: X = P^T L^-T U^-T B. Each step shares one
 // row's values through shared memory (two buffers, alternating, so one barrier a step).
@@ -798,23 +815,7 @@ __global__ void __launch_bounds__(RT > 8 ? 128 : 1024) getrs(const SolveArgs arg
     const T* lu = reinterpret_cast<const T*>(args.lu) + b * args.lu_stride;
     const int* ipiv = reinterpret_cast<const int*>(args.ipiv) + b * args.ipiv_stride;
 
-    for (i64 r = i; r < n; r += blockDim.x) {
-        swaps[r] = ipiv[r] - 1;
-        order[r] = (int)r;
-    }
-    __syncthreads();
-    if (i == 0) {  // LAPACK's interchanges, in order (or for A^T in reverse), as a gather
-        for (i64 s = 0; s < n; ++s) {
-            const i64 r = transposed ? n - 1 - s : s;
-            const int t = swaps[r], kept = order[r];
-            order[r] = order[t];
-            order[t] = kept;
-        }
-    }
-    __syncthreads();
-    if (transposed) {  // the solved row j goes to row r of X where order[r] == j
-        for (i64 r = i; r < n; r += blockDim.x) destination[order[r]] = (int)r;
-    }
+    solve_order(ipiv, (int)n, transposed, swaps, order, destination);
     T v[RT];
     const T* rhs = reinterpret_cast<const T*>(args.b) + b * args.b_batch;
     if (i < n) {
@@ -926,24 +927,7 @@ __global__ void __launch_bounds__(SOLVE_COLUMNS_THREADS) getrs_columns(const Sol
     const int* ipiv = reinterpret_cast<const int*>(args.ipiv) + b * args.ipiv_stride;
 
     for (int e = tid; e < n * n; e += threads) factors[e / n][e % n] = lu[e];
-    for (int r = tid; r < n; r += threads) {
-        swaps[r] = ipiv[r] - 1;
-        order[r] = r;
-    }
-    __syncthreads();
-    if (tid == 0) {  // LAPACK's interchanges, in order (or for A^T in reverse), as a gather
-        for (int s = 0; s < n; ++s) {
-            const int r = transposed ? n - 1 - s : s;
-            const int t = swaps[r], kept = order[r];
-            order[r] = order[t];
-            order[t] = kept;
-        }
-    }
-    __syncthreads();
-    if (transposed) {
-        for (int r = tid; r < n; r += threads) destination[order[r]] = r;
-        __syncthreads();
-    }
+    solve_order(ipiv, n, transposed, swaps, order, destination);
 
     const bool live = col < args.nrhs;  // (every thread stays: it meets the last barrier)
     const T* rhs = reinterpret_cast<const T*>(args.b) + b * args.b_batch + col * args.b_col;
