@@ -680,8 +680,7 @@ def _download(out: np.ndarray, src: Tensor) -> None:
     if src.numel() == 0:
         return
     stream = current_stream(src.device)
-    src.device.driver.memcpy_dtoh(out, src.data_ptr(), stream.cuda_stream)
-    stream.synchronize()
+    src.device.driver.download(out, src.data_ptr(), stream.cuda_stream)
 
 
 def _async_copy(dst: Tensor, src: Tensor) -> bool:

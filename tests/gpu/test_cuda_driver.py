@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
@@ -180,6 +182,35 @@ def test_memcpy_and_memset_round_trip(drv, stream, buffer):
     expected[100:400] = 0xAB
     np.testing.assert_array_equal(download(drv, second, 4096, stream), expected)
     drv.free(DEV, second)
+
+
+@pytest.mark.parametrize("nbytes", [1, 4096, 64 * 1024, 64 * 1024 + 1, 3 * MiB])
+def test_download_waits_for_the_stream_and_gives_the_bytes(drv, stream, buffer, nbytes):
+    """Small downloads go through the thread's pinned staging buffer, larger ones straight
+    to the array; both after the work queued before them (here a spin, then a copy)."""
+    data = np.random.default_rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8)
+    kernel = drv.compile(DEV, SPIN, "spin")
+    drv.launch(kernel, (1,), (1,), (np.uint64(SPIN_NS // 10),), stream)
+    drv.memcpy_htod(buffer, data, stream)
+    out = np.zeros(nbytes, np.uint8)
+    drv.download(out, buffer, stream)
+    np.testing.assert_array_equal(out, data)
+
+
+def test_downloads_from_several_threads(drv, buffer):
+    """Each thread stages its own small downloads."""
+    data = np.arange(8 * 1024, dtype=np.int32)
+    drv.memcpy_htod(buffer, data, 0)
+    drv.stream_synchronize(0)
+
+    def read(i: int) -> bool:
+        drv.set_device(DEV)
+        out = np.zeros(1024, np.int32)
+        drv.download(out, buffer + 4096 * i, 0)
+        return bool((out == data[1024 * i : 1024 * (i + 1)]).all())
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(read, range(8)))
 
 
 def test_default_stream_copies(drv, buffer):

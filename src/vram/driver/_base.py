@@ -36,7 +36,9 @@ __all__ = [
     "MEMPOOL_ATTRIBUTES",
 ]
 
-KernelArg = Any  # an int pointer, a NumPy scalar (np.int64(3), np.float32(1.0)), ...
+# an int pointer, a NumPy scalar (np.int64(3), np.float32(1.0), a structured scalar), or a
+# struct passed by value as its bytes
+KernelArg = Any
 
 # the memory pool attributes a Driver reads and sets: CUDA's CUmemPool_attribute names
 # without the CU_MEMPOOL_ATTR_ prefix, in lower case (the reuse flags are 0 or 1, the
@@ -263,6 +265,12 @@ class Driver(ABC):
     @abstractmethod
     def memcpy_dtoh(self, dst: np.ndarray, src: int, stream: int) -> None:
         """Fill the C-contiguous host array ``dst`` from device address ``src``."""
+
+    def download(self, dst: np.ndarray, src: int, stream: int) -> None:
+        """``memcpy_dtoh`` after the work queued on ``stream``, then wait for it: ``dst``
+        holds the bytes when this returns. Synchronizes."""
+        self.memcpy_dtoh(dst, src, stream)
+        self.stream_synchronize(stream)
 
     @abstractmethod
     def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: int) -> None: ...

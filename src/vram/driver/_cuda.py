@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -119,6 +120,10 @@ class _ThreadState(threading.local):
     device: int = 0  # the thread's current device: whose legacy stream stream 0 is
     context_device: int = -1  # whose primary context is current on the thread; -1: none
 
+    def __init__(self) -> None:
+        self.params = _LaunchParams()  # the thread's kernel arguments (``launch``)
+        self.staging: _Staging | None = None  # made by the thread's first small download
+
 
 def _host_pointer(array: np.ndarray, call: str, writable: bool = False) -> int:
     """The address of a host array's bytes, after checking that a copy can use them."""
@@ -129,28 +134,79 @@ def _host_pointer(array: np.ndarray, call: str, writable: bool = False) -> int:
     return array.ctypes.data
 
 
-def _kernel_arg(arg: KernelArg) -> np.ndarray | ctypes._SimpleCData:
-    """Storage holding one kernel argument's bytes, as the kernel's parameter expects them.
+def _kernel_arg(arg: KernelArg) -> bytes:
+    """One kernel argument's bytes, as the kernel's parameter expects them.
 
     Python ints are 64-bit device pointers (or sizes); NumPy scalars keep their own type
-    (np.int32, np.float32, ml_dtypes.bfloat16, ...); ctypes scalars are used as they are.
+    (np.int32, np.float32, ml_dtypes.bfloat16, a structured scalar, ...); ctypes scalars are
+    used as they are; bytes are a struct passed by value, laid out as the kernel's.
     """
-    if isinstance(arg, np.generic):
-        return np.array(arg)
-    if isinstance(arg, ctypes._SimpleCData):
+    if isinstance(arg, int) and not isinstance(arg, bool) and 0 <= arg < 1 << 64:
+        return arg.to_bytes(8, "little")
+    if isinstance(arg, bytes):
         return arg
-    if isinstance(arg, int) and not isinstance(arg, bool) and arg >= 0:
-        return np.array(arg, dtype=np.uint64)
+    if isinstance(arg, np.generic):
+        return arg.tobytes()
+    if isinstance(arg, ctypes._SimpleCData):
+        return bytes(arg)
     raise TypeError(
-        f"kernel argument {arg!r}: pass a non-negative int (a device pointer) or a NumPy "
-        "scalar of the parameter's type, e.g. np.int64(-1), np.float32(1.0), np.bool_(True)"
+        f"kernel argument {arg!r}: pass a non-negative int (a device pointer), a NumPy "
+        "scalar of the parameter's type, e.g. np.int64(-1), np.float32(1.0), np.bool_(True), "
+        "or a struct's bytes"
     )
 
 
-def _address(storage: np.ndarray | ctypes._SimpleCData) -> int:
-    if isinstance(storage, np.ndarray):
-        return storage.ctypes.data
-    return ctypes.addressof(storage)
+class _LaunchParams:
+    """One thread's kernel arguments for cuLaunchKernel: each argument's bytes in its own
+    16-byte-aligned slot of ``values``, and the array of pointers to them (kernelParams).
+    The driver copies the arguments before the launch returns, so a thread reuses one
+    buffer for every launch. Its size is the most a launch may pass (32764 bytes of
+    parameters on sm_70 and later, 4 KiB before), with room for the slots' padding."""
+
+    NBYTES = 64 * 1024
+    COUNT = 1024
+
+    def __init__(self) -> None:
+        self.values = (ctypes.c_ubyte * self.NBYTES)()
+        self.bytes = memoryview(self.values).cast("B")
+        self.base = ctypes.addressof(self.values)
+        self.pointers = (ctypes.c_uint64 * self.COUNT)()
+        self.address = ctypes.addressof(self.pointers)
+
+    def fill(self, args: tuple[KernelArg, ...]) -> int:
+        """Lay out ``args``; the address to pass as kernelParams (0 for none)."""
+        if not args:
+            return 0
+        if len(args) > self.COUNT:
+            raise ValueError(f"args: at most {self.COUNT} kernel arguments, got {len(args)}")
+        view, pointers, base = self.bytes, self.pointers, self.base
+        start = 0
+        for i, arg in enumerate(args):
+            value = _kernel_arg(arg)
+            end = start + len(value)
+            if end > self.NBYTES:
+                raise ValueError(f"args: more than {self.NBYTES} bytes of kernel arguments")
+            view[start:end] = value
+            pointers[i] = base + start
+            start = (end + 15) & ~15
+        return self.address
+
+
+STAGING_BYTES = 64 * 1024  # downloads of at most this many bytes go through pinned staging
+
+
+class _Staging:
+    """One thread's page-locked buffer for small downloads (``CudaDriver.download``), given
+    back when the thread's state goes (or at exit)."""
+
+    def __init__(self, nbytes: int) -> None:
+        flags = cu.CU_MEMHOSTALLOC_PORTABLE
+        self.ptr = int(_check("cuMemHostAlloc", cu.cuMemHostAlloc(nbytes, flags)))
+        weakref.finalize(self, _free_staging, self.ptr)
+
+
+def _free_staging(ptr: int) -> None:
+    _check_teardown("cuMemFreeHost", cu.cuMemFreeHost(ptr))
 
 
 def _pool_attribute(name: str) -> tuple[Any, bool]:
@@ -164,10 +220,10 @@ def _pool_attribute(name: str) -> tuple[Any, bool]:
 
 def _dim3(dims: tuple[int, ...]) -> tuple[int, int, int]:
     """A grid or block as three ints; missing trailing dimensions are 1."""
-    dims = tuple(int(d) for d in dims)
     if not 1 <= len(dims) <= 3:
-        raise ValueError(f"grid and block take 1 to 3 dimensions, got {dims}")
-    return dims + (1,) * (3 - len(dims))
+        raise ValueError(f"grid and block take 1 to 3 dimensions, got {tuple(dims)}")
+    x, y, z = (*dims, 1, 1)[:3]
+    return int(x), int(y), int(z)
 
 
 def _cluster_launch(
@@ -553,6 +609,23 @@ class CudaDriver(Driver):
             result = cu.cuMemcpyDtoHAsync(host, src, dst.nbytes, self._stream(stream))
             _check("cuMemcpyDtoHAsync", result)
 
+    def download(self, dst: np.ndarray, src: int, stream: int) -> None:
+        """As the base's; a copy of at most STAGING_BYTES goes through this thread's pinned
+        staging buffer (a copy to pageable memory costs the driver a staging of its own:
+        16.6 against 9.8 us for 16 KiB on an H100)."""
+        nbytes = dst.nbytes
+        if not 0 < nbytes <= STAGING_BYTES:
+            super().download(dst, src, stream)
+            return
+        host = _host_pointer(dst, "download", writable=True)
+        hstream = self._stream(stream)
+        staging = self._tls.staging
+        if staging is None:
+            staging = self._tls.staging = _Staging(STAGING_BYTES)
+        _check("cuMemcpyDtoHAsync", cu.cuMemcpyDtoHAsync(staging.ptr, src, nbytes, hstream))
+        _check("cuStreamSynchronize", cu.cuStreamSynchronize(hstream))
+        ctypes.memmove(host, staging.ptr, nbytes)
+
     def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         if nbytes:
             result = cu.cuMemcpyDtoDAsync(dst, src, nbytes, self._stream(stream))
@@ -622,9 +695,7 @@ class CudaDriver(Driver):
         the grid's x a multiple of it).
         """
         hstream = self._stream(stream, kernel.device)
-        storage = [_kernel_arg(arg) for arg in args]  # alive until cuLaunchKernel copied them
-        pointers = np.array([_address(value) for value in storage], dtype=np.uint64)
-        params = pointers.ctypes.data if storage else 0
+        params = self._tls.params.fill(args)
         if cluster == 1:
             result = cu.cuLaunchKernel(
                 kernel.function, *_dim3(grid), *_dim3(block), shared_mem, hstream, params, 0
