@@ -71,21 +71,21 @@ class CpuLibs:
     def lu_panel(self, s, dtype, config, lu, stride, m, batch, source, k0, jb, pivots, k, info,
                  pivot):  # fmt: skip
         src, src_batch, src_row, src_col = source
-        args = np.array(_pack(_PANEL_ARGS, lu, stride, src, src_batch, src_row, src_col, pivots,
-                              k, info, m, k0, jb, int(pivot)))  # fmt: skip
+        args = _pack(_PANEL_ARGS, lu, stride, src, src_batch, src_row, src_col, pivots, k, info,
+                     m, k0, jb, int(pivot))  # fmt: skip
         threads, rows, width, blocks, sub = config
         assert blocks == 1, "the emulation runs one block at a time: no clusters"
         done = self.kernels.emu_panel(CODES[dtype], threads, rows, width, sub,
                                       ctypes.c_longlong(batch),
-                                      ctypes.c_void_p(args.ctypes.data))  # fmt: skip
+                                      ctypes.c_char_p(args))  # fmt: skip
         assert done == 0, f"no emulated panel {config}"
 
     def lu_swap_trsm(self, s, dtype, lu, stride, m, n, batch, k0, jb, pivots, k, pivot):
-        args = np.array(_pack(_SWAP_ARGS, lu, stride, pivots, k, m, n, k0, jb, int(pivot)))
+        args = _pack(_SWAP_ARGS, lu, stride, pivots, k, m, n, k0, jb, int(pivot))
         tiles = -(-(n - jb) // _blocked.SWAP_COLUMNS)
         done = self.kernels.emu_swap_trsm(
             CODES[dtype], _blocked.SWAP_WIDTH, _blocked.SWAP_WARPS, _blocked.SWAP_COLUMNS,
-            ctypes.c_longlong(batch), ctypes.c_longlong(tiles), ctypes.c_void_p(args.ctypes.data),
+            ctypes.c_longlong(batch), ctypes.c_longlong(tiles), ctypes.c_char_p(args),
         )  # fmt: skip
         assert done == 0
 
@@ -101,11 +101,14 @@ class CpuLibs:
     def lu_solve(self, s, dtype, transposed, n, nrhs, batch, lu, pivots, source, x):
         b, b_batch, b_row, b_col = source
         rhs = _blocked.solve_tile(dtype, n, nrhs)
-        args = np.array(_pack(_SOLVE_ARGS, lu, n * n, pivots, n, b, b_batch, b_row, b_col, x,
-                              n * nrhs, n, nrhs, int(transposed)))  # fmt: skip
+        args = _pack(_SOLVE_ARGS, lu, n * n, pivots, n, b, b_batch, b_row, b_col, x, n * nrhs,
+                     n, nrhs, int(transposed))  # fmt: skip
         tiles = ctypes.c_longlong(-(-nrhs // rhs))
-        pointer = ctypes.c_void_p(args.ctypes.data)
-        if _blocked.solve_columns(n, nrhs):  # a thread per right-hand side
+        pointer = ctypes.c_char_p(args)
+        if _blocked.solve_warp(n, nrhs):  # a warp per matrix
+            done = self.kernels.emu_getrs_warp(CODES[dtype], rhs, ctypes.c_longlong(batch),
+                                               tiles, pointer)  # fmt: skip
+        elif _blocked.solve_columns(n, nrhs):  # a thread per right-hand side
             done = self.kernels.emu_getrs_columns(CODES[dtype], rhs, ctypes.c_longlong(batch),
                                                   tiles, pointer)  # fmt: skip
         else:
@@ -196,11 +199,20 @@ def test_swap_trsm_composes_repeated_interchanges(kernels, dtype):
     np.testing.assert_allclose(np.swapaxes(lu, 1, 2), want, rtol=TOL[dtype], atol=TOL[dtype])
 
 
+@pytest.mark.parametrize("layout", ["row-major", "column-major", "strided"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_one_panel_reads_the_input_in_place(kernels, monkeypatch, dtype):
-    """A batch of 30 x 30 matrices (one 32-wide panel), read row-major where they lie."""
+def test_one_panel_reads_the_input_in_place(kernels, monkeypatch, dtype, layout):
+    """A batch of 30 x 30 matrices (one 32-wide panel), read where they lie: row-major
+    (``panel_warp`` reads rows through shared memory), column-major, or neither (every
+    second column of a wider array)."""
     use(monkeypatch, "mixed")
     a = np.random.default_rng(1).standard_normal((3, 30, 30)).astype(dtype)
+    if layout == "column-major":
+        a = np.swapaxes(np.ascontiguousarray(np.swapaxes(a, 1, 2)), 1, 2)
+    elif layout == "strided":
+        wide = np.zeros((3, 30, 60), dtype)
+        wide[:, :, ::2] = a
+        a = wide[:, :, ::2]
     kept = a.copy()
     lu, pivots, info = factor_on_cpu(kernels, a, in_place_read=True)
     np.testing.assert_array_equal(a, kept)
@@ -241,11 +253,12 @@ def test_without_pivoting(kernels, monkeypatch, table):
 
 
 @pytest.mark.parametrize("transposed", [False, True])
-@pytest.mark.parametrize("nrhs", [1, 11, 40])  # one, 8 a block, 16 a block (float64)
-@pytest.mark.parametrize("n", [45, 32, 20])  # a thread a row; a thread a right-hand side
+@pytest.mark.parametrize("nrhs", [1, 5, 11, 40])  # one, 8 a block, 16 a block (float64)
+@pytest.mark.parametrize("n", [45, 32, 20])  # a thread a row; a warp; a thread a column
 def test_solve_matches_lapack(kernels, monkeypatch, transposed, nrhs, n):
     """X from the factors, B read row-major where it lies (or X itself: in place); to 32
-    rows, more than 8 right-hand sides take a thread each (``getrs_columns``)."""
+    rows, up to 8 right-hand sides take a warp a matrix (``getrs_warp``), more a thread
+    each (``getrs_columns``)."""
     use(monkeypatch, "mixed")
     rng = np.random.default_rng(nrhs)
     batch = 2

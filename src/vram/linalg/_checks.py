@@ -83,6 +83,9 @@ def batch_shape(t: Tensor) -> tuple[int, ...]:
 
 def broadcast_batch(api: str, a: tuple[str, Tensor], b: tuple[str, Tensor]) -> tuple[int, ...]:
     """The batch shape the two tensors' batch dimensions broadcast to."""
+    first, second = batch_shape(a[1]), batch_shape(b[1])
+    if first == second:
+        return first
     try:
         return broadcast_shapes(batch_shape(a[1]), batch_shape(b[1]))
     except ValueError:
@@ -115,10 +118,9 @@ def check_errors(info: Tensor, api: str, is_matrix: bool) -> None:
     if info.numel() == 0:
         return
     values = info.numpy().reshape(-1)
-    bad = np.flatnonzero(values)
-    if bad.size == 0:
+    if not values.any():
         return
-    first = int(bad[0])
+    first = int(np.argmax(values != 0))
     value = int(values[first])
     where = "" if is_matrix else f": (Batch element {first})"
     if value < 0:  # a library said an argument was wrong: a bug in vram, not in the input

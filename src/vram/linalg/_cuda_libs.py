@@ -9,6 +9,7 @@ run on; pointers are ints; ``dtype`` is a vram dtype name ("float32", "float64",
 
 from __future__ import annotations
 
+import struct
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from ._blocked import (
     Source,
     solve_columns,
     solve_tile,
+    solve_warp,
 )
 
 __all__ = ["CudaLibs", "kernel_names", "lu_kernel_names", "KERNEL_SOURCE", "LU_SOURCE"]
@@ -60,9 +62,10 @@ def _lu_source() -> str:
     return LU_SOURCE.read_text()
 
 
-def _fields(*names: str) -> np.dtype:
-    """A kernel's argument struct (kernels/lu.cu): 8-byte fields, pointers as integers."""
-    return np.dtype([(name, "<i8") for name in names])
+def _fields(*names: str) -> struct.Struct:
+    """A kernel's argument struct (kernels/lu.cu): 8-byte fields, pointers as integers, in
+    the order of ``names`` (the struct's fields there)."""
+    return struct.Struct(f"<{len(names)}q")
 
 
 _PANEL_ARGS = _fields("lu", "lu_stride", "src", "src_batch", "src_row", "src_col", "ipiv",
@@ -72,9 +75,9 @@ _SOLVE_ARGS = _fields("lu", "lu_stride", "ipiv", "ipiv_stride", "b", "b_batch", 
                       "b_col", "x", "x_stride", "n", "nrhs", "trans")  # fmt: skip
 
 
-def _pack(layout: np.dtype, *values: int) -> np.void:
-    """One argument struct, as the NumPy scalar a launch copies (one buffer per launch)."""
-    return np.array(values, dtype=np.int64).view(layout)[0]
+def _pack(layout: struct.Struct, *values: int) -> bytes:
+    """One argument struct's bytes, what a launch passes by value (one buffer per launch)."""
+    return layout.pack(*values)
 
 
 _WARP_PANEL = PanelConfig(32, 1, 32)  # the one-warp kernel's shape (``panel_warp``)
@@ -101,6 +104,10 @@ def _solve_columns_name(dtype: str) -> str:
     return f"getrs_columns<{_LU_TYPES[dtype]}>"
 
 
+def _solve_warp_name(dtype: str, rhs: int) -> str:
+    return f"getrs_warp<{_LU_TYPES[dtype]}, {rhs}>"
+
+
 def lu_kernel_names() -> list[str]:
     """Every kernel instance of kernels/lu.cu that the blocked LU may launch."""
     names = []
@@ -110,6 +117,7 @@ def lu_kernel_names() -> list[str]:
         names.append(_LU_NS + _swap_name(dtype))
         names += [_LU_NS + _solve_name(dtype, rhs) for rhs in (1, SOLVE_RHS, SOLVE_WIDE[dtype])]
         names.append(_LU_NS + _solve_columns_name(dtype))
+        names += [_LU_NS + _solve_warp_name(dtype, rhs) for rhs in (1, SOLVE_RHS)]
     return names
 
 
@@ -319,7 +327,7 @@ class CudaLibs:
         name: str,
         grid: tuple[int, int],
         threads: int,
-        args: np.void,
+        args: bytes,
         cluster: int = 1,
     ) -> None:
         key = (s.device.index, name)
@@ -427,7 +435,9 @@ class CudaLibs:
         args = _pack(_SOLVE_ARGS, lu, n * n, pivots, n, b, b_batch, b_row, b_col, x, n * nrhs,
                      n, nrhs, int(transposed))  # fmt: skip
         grid = (batch * -(-nrhs // rhs), 1)  # a matrix's tiles adjacent (kernels/lu.cu)
-        if solve_columns(n, nrhs):  # a thread per right-hand side
+        if solve_warp(n, nrhs):  # a warp per matrix
+            name, threads = _solve_warp_name(dtype, rhs), 32
+        elif solve_columns(n, nrhs):  # a thread per right-hand side
             name, threads = _solve_columns_name(dtype), rhs
         else:  # a thread per row
             name, threads = _solve_name(dtype, rhs), -(-n // 32) * 32

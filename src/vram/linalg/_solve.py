@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .._dtypes import complex64, complex128, float32, float64, int32
+from .._dtypes import complex64, complex128, float32, float64, int32, uint8
 from .._streams import Stream, current_stream
 from .._tensor import Tensor, contiguous_strides
 from ..driver._cusolver import OP_C, OP_N, OP_T, X_API_ELEMENTS
@@ -29,7 +29,7 @@ from . import _blocked, _checks
 from ._batch import run_batch
 from ._dispatch import Plan, plan_solve
 from ._libs import libs_for
-from ._lu import batch_stride, column_major_empty, factor, pivots_and_info
+from ._lu import batch_stride, column_major_empty, factor
 from ._workspace import CallWorkspaces
 
 __all__ = [
@@ -221,7 +221,8 @@ def _solve_packed(
     if left:
         nrhs = B.shape[-1]
         x = column_major_empty(batch, n, nrhs, B)
-        solve_in_place(lu, pivots, x, trans, plan, source=B.expand(*batch, n, nrhs))
+        source = B if _checks.batch_shape(B) == batch else B.expand(*batch, n, nrhs)
+        solve_in_place(lu, pivots, x, trans, plan, source=source)
         return x
     nrhs = B.shape[-2]
     out = Tensor._empty((*batch, nrhs, n), B.dtype, B.device)  # X, row-major: X^T column-major
@@ -267,20 +268,33 @@ def lu_solve(
 # ---- solve ---------------------------------------------------------------------------------
 
 
-def _factor_for_solve(A: Tensor, transpose: bool = False) -> tuple[Tensor, Tensor, Tensor, bool]:
+def _factor_for_solve(
+    A: Tensor, transpose: bool = False, own_info: bool = False
+) -> tuple[Tensor, Tensor, Tensor, bool]:
     """(lu, pivots, info, transposed): the LU factors of A; with ``transpose``, of A^T
     (``transposed``) when A is contiguous, which saves the transposing copy. The LU table
-    picks the way."""
-    *batch, n, _ = A.shape
+    picks the way.
+
+    The factors are the call's own, so LU, pivots and info share ONE allocation (an
+    allocation less a call); ``own_info``: info apart, for a caller that returns it (it
+    must not hold the factors' memory)."""
+    *batch_dims, n, _ = A.shape
+    batch = tuple(batch_dims)
+    count = math.prod(batch)
     transposed = transpose and A.is_contiguous()
-    if transposed:
-        storage = Tensor._empty(tuple(A.shape), A.dtype, A.device)
-        lu = storage.transpose(-2, -1)  # A^T, packed column-major
-        source = A.transpose(-2, -1)
+    lu_elements = count * n * n
+    ints = count * n if own_info else count * (n + 1)
+    scratch = Tensor._empty((lu_elements * A.dtype.itemsize + 4 * ints,), uint8, A.device)
+    storage = scratch._storage
+    batch_strides = tuple(step * n * n for step in contiguous_strides(batch))
+    lu = Tensor._make(storage, (*batch, n, n), (*batch_strides, 1, n), 0, A.dtype)
+    source = A.transpose(-2, -1) if transposed else A  # A^T packed column-major: A's layout
+    first = lu_elements * A.dtype.itemsize // 4  # the pivots, after LU, in int32s
+    pivots = Tensor._make(storage, (*batch, n), contiguous_strides((*batch, n)), first, int32)
+    if own_info:
+        info = Tensor._empty(batch, int32, A.device)
     else:
-        lu = column_major_empty(tuple(batch), n, n, A)
-        source = A
-    pivots, info = pivots_and_info(tuple(batch), n, A.device)
+        info = Tensor._make(storage, batch, contiguous_strides(batch), first + count * n, int32)
     factor(lu, pivots, info, source=source if A.numel() else None)
     return lu, pivots, info, transposed
 
@@ -291,7 +305,7 @@ def _is_vector_rhs(A: Tensor, B: Tensor) -> bool:
     return B.ndim == 1 or (B.ndim == A.ndim - 1 and tuple(B.shape) == tuple(A.shape[:-1]))
 
 
-def _solve_ex(api: str, A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
+def _solve_ex(api: str, A: Tensor, B: Tensor, left: bool, own_info: bool) -> tuple[Tensor, Tensor]:
     _checks.check_matrix(api, A)
     _checks.check_same(api, ("A", A), ("B", B))
     if B.ndim < 1:
@@ -302,8 +316,9 @@ def _solve_ex(api: str, A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tenso
     _check_rhs(api, n, rhs, left)
     batch = _checks.broadcast_batch(api, ("A", A), ("B", rhs))
     plan = plan_solve(n, rhs.shape[-1] if left else rhs.shape[-2], math.prod(batch), A.dtype.name)
-    lu, pivots, info, _ = _factor_for_solve(A)
-    lu, pivots = _packed_factors(lu, pivots, batch)
+    lu, pivots, info, _ = _factor_for_solve(A, own_info=own_info)
+    if batch != _checks.batch_shape(A):  # A's factors broadcast to B's batch
+        lu, pivots = _packed_factors(lu, pivots, batch)
     trans = OP_N if left else OP_T  # right: A^T X^T = B^T
     x = _solve_packed(lu, pivots, rhs, left, trans, False, plan)
     return (x[..., 0] if vector else x), info
@@ -314,7 +329,7 @@ def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = Fa
     (batch of) vector(s); batch dims broadcast; info (A's batch) as lu_factor_ex's.
     ``check_errors=True`` raises LinAlgError for a singular A (synchronizes)."""
     api = "vram.linalg.solve_ex"
-    x, info = _solve_ex(api, A, B, left)
+    x, info = _solve_ex(api, A, B, left, own_info=True)
     if check_errors:
         _checks.check_errors(info, api, A.ndim == 2)
     return SolveEx(x, info)
@@ -324,7 +339,7 @@ def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
     """X with A X = B (``left``) or X A = B, as torch.linalg.solve; LinAlgError naming the
     batch element where A is singular. Synchronizes (to read info)."""
     api = "vram.linalg.solve"
-    x, info = _solve_ex(api, A, B, left)
+    x, info = _solve_ex(api, A, B, left, own_info=False)
     _checks.check_errors(info, api, A.ndim == 2)
     return x
 
@@ -332,11 +347,11 @@ def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
 # ---- inv -----------------------------------------------------------------------------------
 
 
-def _inv_ex(api: str, A: Tensor) -> tuple[Tensor, Tensor]:
+def _inv_ex(api: str, A: Tensor, own_info: bool) -> tuple[Tensor, Tensor]:
     _checks.check_matrix(api, A)
     *batch, n, _ = A.shape
     plan = plan_solve(n, n, math.prod(batch), A.dtype.name)
-    lu, pivots, info, _ = _factor_for_solve(A)
+    lu, pivots, info, _ = _factor_for_solve(A, own_info=own_info)
     x = column_major_empty(tuple(batch), n, n, A)
     x.zero_()
     if x.numel():  # the identity: ones on the diagonal of every matrix
@@ -350,7 +365,7 @@ def inv_ex(A: Tensor, *, check_errors: bool = False) -> InvEx:
     """(A^-1, info), as torch.linalg.inv_ex; ``check_errors=True`` raises LinAlgError for a
     singular A (synchronizes)."""
     api = "vram.linalg.inv_ex"
-    x, info = _inv_ex(api, A)
+    x, info = _inv_ex(api, A, own_info=True)
     if check_errors:
         _checks.check_errors(info, api, A.ndim == 2)
     return InvEx(x, info)
@@ -360,7 +375,7 @@ def inv(A: Tensor) -> Tensor:
     """A^-1 (column-major matrices, as PyTorch's), as torch.linalg.inv; LinAlgError naming
     the batch element and the zero pivot where A is singular. Synchronizes."""
     api = "vram.linalg.inv"
-    x, info = _inv_ex(api, A)
+    x, info = _inv_ex(api, A, own_info=False)
     _checks.check_errors(info, api, A.ndim == 2)
     return x
 

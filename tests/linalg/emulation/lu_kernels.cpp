@@ -83,6 +83,17 @@ extern "C" int emu_getrs(int dtype, int rhs, int threads, long long batch, long 
     return 0;
 }
 
+extern "C" int emu_getrs_warp(int dtype, int rhs, long long batch, long long tiles,
+                              const SolveArgs* args) {
+    dim3 grid{(unsigned)(batch * tiles), 1, 1}, block{32, 1, 1};
+    if (dtype == 0 && rhs == 1) launch(grid, block, [&] { getrs_warp<float, 1>(*args); });
+    else if (dtype == 0 && rhs == 8) launch(grid, block, [&] { getrs_warp<float, 8>(*args); });
+    else if (dtype == 1 && rhs == 1) launch(grid, block, [&] { getrs_warp<double, 1>(*args); });
+    else if (dtype == 1 && rhs == 8) launch(grid, block, [&] { getrs_warp<double, 8>(*args); });
+    else return -1;
+    return 0;
+}
+
 extern "C" int emu_getrs_columns(int dtype, int threads, long long batch, long long tiles,
                                  const SolveArgs* args) {
     dim3 grid{(unsigned)(batch * tiles), 1, 1}, block{(unsigned)threads, 1, 1};
