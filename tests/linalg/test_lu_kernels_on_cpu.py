@@ -19,7 +19,7 @@ import pytest
 
 from vram.linalg import _blocked, _reference
 from vram.linalg._blocked import PanelConfig
-from vram.linalg._cuda_libs import _PANEL_ARGS, _SOLVE_ARGS, _SWAP_ARGS, _pack
+from vram.linalg._cuda_libs import _PANEL_ARGS, _SOLVE_ARGS, _SWAP_ARGS
 
 SOURCE = Path(__file__).parent / "emulation" / "lu_kernels.cpp"
 CODES = {"float32": 0, "float64": 1}
@@ -71,8 +71,8 @@ class CpuLibs:
     def lu_panel(self, s, dtype, config, lu, stride, m, batch, source, k0, jb, pivots, k, info,
                  pivot):  # fmt: skip
         src, src_batch, src_row, src_col = source
-        args = _pack(_PANEL_ARGS, lu, stride, src, src_batch, src_row, src_col, pivots, k, info,
-                     m, k0, jb, int(pivot))  # fmt: skip
+        args = _PANEL_ARGS.pack(lu, stride, src, src_batch, src_row, src_col, pivots, k,
+                                info, m, k0, jb, int(pivot))  # fmt: skip
         threads, rows, width, blocks, sub = config
         assert blocks == 1, "the emulation runs one block at a time: no clusters"
         done = self.kernels.emu_panel(CODES[dtype], threads, rows, width, sub,
@@ -81,7 +81,7 @@ class CpuLibs:
         assert done == 0, f"no emulated panel {config}"
 
     def lu_swap_trsm(self, s, dtype, lu, stride, m, n, batch, k0, jb, pivots, k, pivot):
-        args = _pack(_SWAP_ARGS, lu, stride, pivots, k, m, n, k0, jb, int(pivot))
+        args = _SWAP_ARGS.pack(lu, stride, pivots, k, m, n, k0, jb, int(pivot))
         tiles = -(-(n - jb) // _blocked.SWAP_COLUMNS)
         done = self.kernels.emu_swap_trsm(
             CODES[dtype], _blocked.SWAP_WIDTH, _blocked.SWAP_WARPS, _blocked.SWAP_COLUMNS,
@@ -101,8 +101,8 @@ class CpuLibs:
     def lu_solve(self, s, dtype, transposed, n, nrhs, batch, lu, pivots, source, x):
         b, b_batch, b_row, b_col = source
         rhs = _blocked.solve_tile(dtype, n, nrhs)
-        args = _pack(_SOLVE_ARGS, lu, n * n, pivots, n, b, b_batch, b_row, b_col, x, n * nrhs,
-                     n, nrhs, int(transposed))  # fmt: skip
+        args = _SOLVE_ARGS.pack(lu, n * n, pivots, n, b, b_batch, b_row, b_col, x, n * nrhs,
+                                n, nrhs, int(transposed))  # fmt: skip
         tiles = ctypes.c_longlong(-(-nrhs // rhs))
         pointer = ctypes.c_char_p(args)
         if _blocked.solve_warp(n, nrhs):  # a warp per matrix

@@ -263,7 +263,11 @@ def one_panel(dtype: str, m: int, n: int, batch: int = 2, clusters: bool = False
     reading the input in place."""
     if not supports(dtype, m, n, batch, clusters):
         return False
-    config = panel_config(dtype, m, batch, clusters)
+    return _covers(panel_config(dtype, m, batch, clusters), m, n)
+
+
+def _covers(config: PanelConfig, m: int, n: int) -> bool:
+    """Whether the first panel, of ``config``, covers an m x n matrix in one launch."""
     return config.sub == 0 and n <= min(m, config.width)
 
 
@@ -298,7 +302,7 @@ def factor(
         jb = min(config.width, k - k0)
         read = own
         if source is not None and k0 == 0:
-            if config.sub or n > min(m, config.width):  # as ``one_panel``
+            if not _covers(config, m, n):
                 raise ValueError("source: only a matrix that one panel covers is read in place")
             read = source
         libs.lu_panel(stream, dtype, config, lu, stride, m, batch, read, k0, jb, pivots, k, info,

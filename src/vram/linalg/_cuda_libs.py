@@ -64,7 +64,8 @@ def _lu_source() -> str:
 
 def _fields(*names: str) -> struct.Struct:
     """A kernel's argument struct (kernels/lu.cu): 8-byte fields, pointers as integers, in
-    the order of ``names`` (the struct's fields there)."""
+    the order of ``names`` (the struct's fields there); its ``pack`` gives the bytes a
+    launch passes by value."""
     return struct.Struct(f"<{len(names)}q")
 
 
@@ -73,11 +74,6 @@ _PANEL_ARGS = _fields("lu", "lu_stride", "src", "src_batch", "src_row", "src_col
 _SWAP_ARGS = _fields("lu", "lu_stride", "ipiv", "ipiv_stride", "m", "n", "k0", "jb", "pivot")
 _SOLVE_ARGS = _fields("lu", "lu_stride", "ipiv", "ipiv_stride", "b", "b_batch", "b_row",
                       "b_col", "x", "x_stride", "n", "nrhs", "trans")  # fmt: skip
-
-
-def _pack(layout: struct.Struct, *values: int) -> bytes:
-    """One argument struct's bytes, what a launch passes by value (one buffer per launch)."""
-    return layout.pack(*values)
 
 
 _WARP_PANEL = PanelConfig(32, 1, 32)  # the one-warp kernel's shape (``panel_warp``)
@@ -357,8 +353,8 @@ class CudaLibs:
         pivot: bool,
     ) -> None:
         src, src_batch, src_row, src_col = source
-        args = _pack(_PANEL_ARGS, lu, stride, src, src_batch, src_row, src_col, pivots, k,
-                     info, m, k0, jb, int(pivot))  # fmt: skip
+        args = _PANEL_ARGS.pack(lu, stride, src, src_batch, src_row, src_col, pivots, k,
+                                info, m, k0, jb, int(pivot))  # fmt: skip
         name = _panel_name(dtype, config)
         grid = (batch * config.blocks, 1)
         self._lu_launch(s, name, grid, config.threads, args, config.blocks)
@@ -378,7 +374,7 @@ class CudaLibs:
         k: int,
         pivot: bool,
     ) -> None:
-        args = _pack(_SWAP_ARGS, lu, stride, pivots, k, m, n, k0, jb, int(pivot))
+        args = _SWAP_ARGS.pack(lu, stride, pivots, k, m, n, k0, jb, int(pivot))
         tiles = -(-(n - jb) // SWAP_COLUMNS)
         self._lu_launch(s, _swap_name(dtype), (batch, tiles), 32 * SWAP_WARPS, args)
 
@@ -432,8 +428,8 @@ class CudaLibs:
     ) -> None:
         b, b_batch, b_row, b_col = source
         rhs = solve_tile(dtype, n, nrhs)
-        args = _pack(_SOLVE_ARGS, lu, n * n, pivots, n, b, b_batch, b_row, b_col, x, n * nrhs,
-                     n, nrhs, int(transposed))  # fmt: skip
+        args = _SOLVE_ARGS.pack(lu, n * n, pivots, n, b, b_batch, b_row, b_col, x, n * nrhs,
+                                n, nrhs, int(transposed))  # fmt: skip
         grid = (batch * -(-nrhs // rhs), 1)  # a matrix's tiles adjacent (kernels/lu.cu)
         if solve_warp(n, nrhs):  # a warp per matrix
             name, threads = _solve_warp_name(dtype, rhs), 32

@@ -137,6 +137,20 @@ struct PanelArgs {
     i64 pivot;        // 0: no row interchanges
 };
 
+// LAPACK's interchange of rows c and p, as positions: the row at p goes to c and the row
+// at c to p (rows themselves never move while a panel runs)
+template <typename P, int R>
+__device__ __forceinline__ void interchange(P (&pos)[R], i64 c, i64 p) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (pos[r] == p) {
+            pos[r] = (P)c;
+        } else if (pos[r] == c) {
+            pos[r] = (P)p;
+        }
+    }
+}
+
 // info of matrix b after a panel whose first zero pivot is ``first_zero`` (0: none): the
 // first panel sets it, a later one only where no earlier panel found one
 __device__ __forceinline__ void record_info(const PanelArgs& args, i64 b, int first_zero) {
@@ -297,15 +311,7 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
             prow = chosen[buf];
         }
         const T d = prow[c];
-        // LAPACK's interchange of rows c and p, as positions
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (pos[r] == p) {
-                pos[r] = c;
-            } else if (pos[r] == c) {
-                pos[r] = p;
-            }
-        }
+        interchange(pos, c, p);
         if (leader) {
             if (pivot) {
                 int* ipiv = reinterpret_cast<int*>(args.ipiv) + b * args.ipiv_stride;
@@ -542,15 +548,7 @@ __global__ void __launch_bounds__(THREADS) panel_tall(const PanelArgs args) {
                 const int winner = __ffs(__ballot_sync(all, lane < WARPS && offered == p)) - 1;
                 const T* prow = offer_row[buf][winner];
                 const T d = prow[cc];
-                // LAPACK's interchange of rows c and p, as positions
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    if (pos[r] == p) {
-                        pos[r] = c;
-                    } else if (pos[r] == c) {
-                        pos[r] = p;
-                    }
-                }
+                interchange(pos, c, p);
                 if (tid < W) lower[c][tid] = prow[tid];
                 if (tid == 0) {
                     home[c] = offer_home[buf][winner];
