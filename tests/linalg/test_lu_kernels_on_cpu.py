@@ -100,7 +100,7 @@ class CpuLibs:
 
     def lu_solve(self, s, dtype, transposed, n, nrhs, batch, lu, pivots, source, x):
         b, b_batch, b_row, b_col = source
-        rhs = _blocked.solve_tile(dtype, n, nrhs)
+        rhs = _blocked.solve_tile(n, nrhs)
         args = _SOLVE_ARGS.pack(lu, n * n, pivots, n, b, b_batch, b_row, b_col, x, n * nrhs,
                                 n, nrhs, int(transposed))  # fmt: skip
         tiles = ctypes.c_longlong(-(-nrhs // rhs))
@@ -253,12 +253,13 @@ def test_without_pivoting(kernels, monkeypatch, table):
 
 
 @pytest.mark.parametrize("transposed", [False, True])
-@pytest.mark.parametrize("nrhs", [1, 5, 11, 40])  # one, 8 a block, 16 a block (float64)
-@pytest.mark.parametrize("n", [45, 32, 20])  # a thread a row; a warp; a thread a column
+@pytest.mark.parametrize("nrhs", [1, 5, 11, 40])  # one; 8 a block: one tile, two, five
+@pytest.mark.parametrize("n", [45, 70, 32, 20])  # a thread a row; a warp; a thread a column
 def test_solve_matches_lapack(kernels, monkeypatch, transposed, nrhs, n):
-    """X from the factors, B read row-major where it lies (or X itself: in place); to 32
-    rows, up to 8 right-hand sides take a warp a matrix (``getrs_warp``), more a thread
-    each (``getrs_columns``)."""
+    """X from the factors, B read row-major where it lies (or X itself: in place); over 32
+    rows a thread a row, in chunks of 16 (one right-hand side) or 8 rows, a partial one
+    last (45 and 70 rows: two and three warps); to 32 rows, up to 8 right-hand sides take
+    a warp a matrix (``getrs_warp``), more a thread each (``getrs_columns``)."""
     use(monkeypatch, "mixed")
     rng = np.random.default_rng(nrhs)
     batch = 2

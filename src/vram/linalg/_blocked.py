@@ -50,7 +50,6 @@ __all__ = [
     "SWAP_COLUMNS",
     "SOLVE_MAX_N",
     "SOLVE_RHS",
-    "SOLVE_WIDE",
     "solve_tile",
     "solve_columns",
     "SOLVE_COLUMNS_MAX_N",
@@ -169,12 +168,11 @@ SWAP_WIDTH = 32  # swap_trsm's widest panel
 SWAP_WARPS = 4  # its warps per block, each taking one column at a time
 SWAP_COLUMNS = 32  # its columns per block
 SOLVE_MAX_N = 1024  # the solve's one thread per row
-# right-hand sides per block: 1 when there is one, the wide tile for many of them with
-# small matrices (few threads, so many blocks otherwise), else 8 (64 registers at most:
-# a block may have 1024 threads; 32 doubles would spill)
+# right-hand sides per block: 1 when there is one, else 8 (kernels/lu.cu: a block may have
+# 1024 threads, so 64 registers; sixteen doubles would spill). A wide tile of 32 (floats)
+# or 16 (doubles) for matrices of at most 128 rows lost to 8 once getrs took its rows in
+# chunks: 0.769 against 0.633 ms at 1024 128 x 128 with 64 right-hand sides on an H100.
 SOLVE_RHS = 8
-SOLVE_WIDE = {"float32": 32, "float64": 16}
-SOLVE_WIDE_MAX_N = 128  # kernels/lu.cu: a wide tile's block has at most 128 threads
 # Matrices of at most 32 rows with more right-hand sides than SOLVE_RHS: a thread per
 # right-hand side (``getrs_columns``, up to 64 a block), the factors in shared memory.
 # At 4096 x 32 x 32 with 64 right-hand sides a thread a row took 0.32 ms on an H100,
@@ -197,14 +195,12 @@ def solve_warp(n: int, nrhs: int) -> bool:
     return n <= SOLVE_WARP_MAX_N and nrhs <= SOLVE_RHS
 
 
-def solve_tile(dtype: str, n: int, nrhs: int) -> int:
+def solve_tile(n: int, nrhs: int) -> int:
     """Right-hand sides per block of the solve kernel (for ``getrs_columns``: its threads)."""
     if nrhs == 1:
         return 1
     if solve_columns(n, nrhs):
         return min(SOLVE_COLUMNS_THREADS, -(-nrhs // 32) * 32)
-    if n <= SOLVE_WIDE_MAX_N and nrhs > SOLVE_RHS:
-        return SOLVE_WIDE[dtype]
     return SOLVE_RHS
 
 

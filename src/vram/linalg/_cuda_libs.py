@@ -23,7 +23,6 @@ from ._blocked import (
     CLUSTER_PANELS,
     PANELS,
     SOLVE_RHS,
-    SOLVE_WIDE,
     SWAP_COLUMNS,
     SWAP_WARPS,
     SWAP_WIDTH,
@@ -111,7 +110,7 @@ def lu_kernel_names() -> list[str]:
         panels = table + CLUSTER_PANELS[dtype] + TALL_PANELS[dtype]
         names += [_LU_NS + _panel_name(dtype, config) for _, config in panels]
         names.append(_LU_NS + _swap_name(dtype))
-        names += [_LU_NS + _solve_name(dtype, rhs) for rhs in (1, SOLVE_RHS, SOLVE_WIDE[dtype])]
+        names += [_LU_NS + _solve_name(dtype, rhs) for rhs in (1, SOLVE_RHS)]
         names.append(_LU_NS + _solve_columns_name(dtype))
         names += [_LU_NS + _solve_warp_name(dtype, rhs) for rhs in (1, SOLVE_RHS)]
     return names
@@ -427,7 +426,7 @@ class CudaLibs:
         x: int,
     ) -> None:
         b, b_batch, b_row, b_col = source
-        rhs = solve_tile(dtype, n, nrhs)
+        rhs = solve_tile(n, nrhs)
         args = _SOLVE_ARGS.pack(lu, n * n, pivots, n, b, b_batch, b_row, b_col, x, n * nrhs,
                                 n, nrhs, int(transposed))  # fmt: skip
         grid = (batch * -(-nrhs // rhs), 1)  # a matrix's tiles adjacent (kernels/lu.cu)

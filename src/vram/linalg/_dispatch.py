@@ -222,5 +222,5 @@ def plan_solve(n: int, nrhs: int, batch: int, dtype: str) -> Plan:
     """How an LU solve of ``batch`` n x n systems with ``nrhs`` right-hand sides runs now."""
     blocked = _blocked.solve_supports(dtype, n)
     if blocked and nrhs:  # the solve's blocks fill one grid dimension
-        blocked = batch * -(-nrhs // _blocked.solve_tile(dtype, n, nrhs)) < 2**31
+        blocked = batch * -(-nrhs // _blocked.solve_tile(n, nrhs)) < 2**31
     return _plan(SOLVE_CROSSOVERS, n, n, batch, dtype, blocked)

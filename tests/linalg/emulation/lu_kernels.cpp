@@ -77,8 +77,6 @@ extern "C" int emu_getrs(int dtype, int rhs, int threads, long long batch, long 
     else if (dtype == 0 && rhs == 8) launch(grid, block, [&] { getrs<float, 8>(*args); });
     else if (dtype == 1 && rhs == 1) launch(grid, block, [&] { getrs<double, 1>(*args); });
     else if (dtype == 1 && rhs == 8) launch(grid, block, [&] { getrs<double, 8>(*args); });
-    else if (dtype == 0 && rhs == 32) launch(grid, block, [&] { getrs<float, 32>(*args); });
-    else if (dtype == 1 && rhs == 16) launch(grid, block, [&] { getrs<double, 16>(*args); });
     else return -1;
     return 0;
 }

@@ -801,23 +801,84 @@ __device__ __forceinline__ void solve_order(const int* ipiv, int n, bool transpo
     }
 }
 
+// One chunk of ``getrs``: its rows [k0, k0 + CHUNK) solved, forward (L, unit lower, or
+// U^T, lower) or backward (U, upper, or L^T, unit upper), and the rows after it (forward)
+// or before it (backward) updated. The chunk's warp takes its rows a column at a time, by
+// shuffles, its other lanes' rows updated on the way, and leaves them in ``solved``; the
+// other warps' rows still to solve take the chunk's columns at once after the barrier.
+// The factors are read before the barrier. Thread i holds row i (``v``, RT values).
+template <bool FORWARD, typename T, int RT, int CHUNK>
+__device__ __forceinline__ void solve_chunk(T (&v)[RT], T (&solved)[CHUNK][RT], const T* lu,
+                                            int n, int k0, bool transposed, T diag) {
+    const int i = threadIdx.x, lane = i % 32, warp = i / 32;
+    const int owner = k0 / 32;  // the chunk's warp
+    const bool later = FORWARD ? warp > owner : warp < owner;
+    // op(A)'s factors (i, k0 + t) below (forward) or above the diagonal, else 0: row i of
+    // L or U (a column a step), or for A^T column i of U or L (contiguous)
+    T f[CHUNK];
+    const bool reads = (later || warp == owner) && i < n;
+    const T* at = lu + (transposed ? k0 + (i64)i * n : i + (i64)k0 * n);
+    const int step = transposed ? 1 : n;
+#pragma unroll
+    for (int t = 0; t < CHUNK; ++t) {
+        const int k = k0 + t;
+        f[t] = reads && k < n && (FORWARD ? i > k : i < k) ? at[t * step] : T(0);
+    }
+    if (warp == owner) {
+        const bool divide = FORWARD == transposed;  // by U's or U^T's diagonal
+#pragma unroll
+        for (int s = 0; s < CHUNK; ++s) {
+            const int t = FORWARD ? s : CHUNK - 1 - s;
+            const int source = (k0 + t) % 32;  // the lane of row k0 + t
+            if (k0 + t < n) {                  // the same in every lane
+                if (divide && lane == source) {
+#pragma unroll
+                    for (int r = 0; r < RT; ++r) v[r] /= diag;
+                }
+#pragma unroll
+                for (int r = 0; r < RT; ++r) v[r] -= f[t] * __shfl_sync(0xffffffffu, v[r], source);
+            }
+        }
+        const int row = lane - k0 % 32;  // of the chunk
+        if (row >= 0 && row < CHUNK) {
+#pragma unroll
+            for (int r = 0; r < RT; ++r) solved[row][r] = v[r];
+        }
+    }
+    __syncthreads();
+    if (later) {
+#pragma unroll
+        for (int t = 0; t < CHUNK; ++t) {
+#pragma unroll
+            for (int r = 0; r < RT; ++r) v[r] -= f[t] * solved[t][r];
+        }
+    }
+}
+
 // One block per (matrix, RT right-hand sides), one thread per row (n <= blockDim.x <= 1024):
-// A = P^T L U, so X = U^-1 L^-1 P B, or for A^T: X = P^T L^-T U^-T B. Each step shares one
-// row's values through shared memory (two buffers, alternating, so one barrier a step).
-// Every read of B comes before the first step's barrier and every write of X after the
-// last one, so B may be X (in place).
-// A wide tile (RT > 8) runs only for n <= 128 (``_blocked.SOLVE_WIDE_MAX_N``): at most 128
-// threads and rows, so it may use more registers (so may AHEAD, the factors read ahead)
-// and less shared memory.
+// A = P^T L U, so X = U^-1 L^-1 P B, or for A^T: X = P^T L^-T U^-T B, in chunks of rows
+// (``solve_chunk``): one barrier a chunk (its solved rows in one of two buffers, taken in
+// turn) instead of one a row. Every read of B comes before the first chunk's barrier and
+// every write of X after the last one, so B may be X (in place). Kernel times on an H100
+// (ms, float, a barrier a row / chunks of 8 / of 16 rows; 64 right-hand sides: 8 a block,
+// or before, 32 a block of at most 128 rows):
+//
+//   256 x 256, 1 rhs   0.119 / 0.085 / 0.072      256 x 256, 64 rhs    0.817 / 0.627 / 0.632
+//   1024 x 16, 1 rhs   0.610 / 0.405 / 0.346      128 x 1024, 64 rhs   0.769 / 0.633 (8 a block)
+//                                                   64 x 2048, 16 rhs  0.555 / 0.115 (8 a block)
+//
+// So chunks of 16 rows for one right-hand side, 8 for eight (doubles in 16-row chunks took
+// 1.31 against 1.10 ms at 256 x 256 x 64; ptxas -v: 64 registers, 28 bytes of spill for
+// doubles with eight right-hand sides, none elsewhere).
 template <typename T, int RT>
-__global__ void __launch_bounds__(RT > 8 ? 128 : 1024) getrs(const SolveArgs args) {
-    constexpr int AHEAD = (RT > 8 || RT * sizeof(T) <= 32) ? 8 : 4;  // no spill at 64 registers
-    constexpr int MAX_N = RT > 8 ? 128 : 1024;  // smaller arrays: more blocks per multiprocessor
+__global__ void __launch_bounds__(1024) getrs(const SolveArgs args) {
+    constexpr int CHUNK = RT == 1 ? 16 : 8;  // rows a chunk
+    constexpr int MAX_N = 1024;
     __shared__ int order[MAX_N];        // row r of P B is row order[r] of B (for A^T: row r
                                         // of X is the solved row order[r])
     __shared__ int destination[MAX_N];  // for A^T: where the solved row r goes in X
     __shared__ int swaps[MAX_N];        // the pivots, 0-based
-    __align__(16) __shared__ T shared[2][RT];  // aligned: a step reads it as vectors
+    __align__(16) __shared__ T solved[2][CHUNK][RT];  // a chunk's solved rows; vector reads
 
     // blockIdx.x is (matrix, tile of RT right-hand sides), the tiles of a matrix adjacent:
     // they run together, and its factors are read from memory once, then from L2
@@ -825,6 +886,7 @@ __global__ void __launch_bounds__(RT > 8 ? 128 : 1024) getrs(const SolveArgs arg
     const i64 b = blockIdx.x / tiles;
     const int i = threadIdx.x;
     const i64 n = args.n;
+    const int chunks = (int)((n + CHUNK - 1) / CHUNK);
     const i64 first = (i64)(blockIdx.x % tiles) * RT;  // this block's first right-hand side
     const bool transposed = args.trans != 0;
     const T* lu = reinterpret_cast<const T*>(args.lu) + b * args.lu_stride;
@@ -833,74 +895,19 @@ __global__ void __launch_bounds__(RT > 8 ? 128 : 1024) getrs(const SolveArgs arg
     solve_order(ipiv, (int)n, transposed, swaps, order, destination);
     T v[RT];
     const T* rhs = reinterpret_cast<const T*>(args.b) + b * args.b_batch;
-    if (i < n) {
-        const i64 from = transposed ? i : order[i];
+    const i64 from = i < n ? (transposed ? i : order[i]) : 0;
 #pragma unroll
-        for (int r = 0; r < RT; ++r)
-            v[r] = first + r < args.nrhs ? rhs[from * args.b_row + (first + r) * args.b_col] : T(0);
+    for (int r = 0; r < RT; ++r) {
+        const bool live = i < n && first + r < args.nrhs;
+        v[r] = live ? rhs[from * args.b_row + (first + r) * args.b_col] : T(0);
     }
+    const T diag = i < n ? lu[i + (i64)i * n] : T(1);  // what row i divides by, read once
 
-    // Each step needs one factor per thread, read AHEAD steps at a time before their
-    // barriers, so that a step waits on a barrier and not on memory; the diagonal that a
-    // thread divides by is read once.
-    const T diag = i < n ? lu[i + (i64)i * n] : T(1);
-    int step = 0;
-    // forward: L (unit lower) or U^T (lower)
-    for (i64 k0 = 0; k0 < n; k0 += AHEAD) {
-        T l[AHEAD];
-#pragma unroll
-        for (int t = 0; t < AHEAD; ++t) {
-            const i64 k = k0 + t;
-            l[t] = (k < n && i > k && i < n) ? (transposed ? lu[k + i * n] : lu[i + k * n]) : T(0);
-        }
-#pragma unroll
-        for (int t = 0; t < AHEAD; ++t, ++step) {
-            const i64 k = k0 + t;
-            if (k >= n) break;  // the same in every thread
-            const int buf = step & 1;
-            if (i == k) {
-                if (transposed) {
-#pragma unroll
-                    for (int r = 0; r < RT; ++r) v[r] /= diag;
-                }
-#pragma unroll
-                for (int r = 0; r < RT; ++r) shared[buf][r] = v[r];
-            }
-            __syncthreads();
-            if (i > k && i < n) {
-#pragma unroll
-                for (int r = 0; r < RT; ++r) v[r] -= l[t] * shared[buf][r];
-            }
-        }
-    }
-    // backward: U (upper) or L^T (unit upper)
-    for (i64 k0 = n - 1; k0 >= 0; k0 -= AHEAD) {
-        T u[AHEAD];
-#pragma unroll
-        for (int t = 0; t < AHEAD; ++t) {
-            const i64 k = k0 - t;
-            u[t] = (k >= 0 && i < k) ? (transposed ? lu[k + i * n] : lu[i + k * n]) : T(0);
-        }
-#pragma unroll
-        for (int t = 0; t < AHEAD; ++t, ++step) {
-            const i64 k = k0 - t;
-            if (k < 0) break;  // the same in every thread
-            const int buf = step & 1;
-            if (i == k) {
-                if (!transposed) {
-#pragma unroll
-                    for (int r = 0; r < RT; ++r) v[r] /= diag;
-                }
-#pragma unroll
-                for (int r = 0; r < RT; ++r) shared[buf][r] = v[r];
-            }
-            __syncthreads();
-            if (i < k) {
-#pragma unroll
-                for (int r = 0; r < RT; ++r) v[r] -= u[t] * shared[buf][r];
-            }
-        }
-    }
+    int buf = 0;
+    for (int c = 0; c < chunks; ++c, buf ^= 1)
+        solve_chunk<true>(v, solved[buf], lu, (int)n, c * CHUNK, transposed, diag);
+    for (int c = chunks - 1; c >= 0; --c, buf ^= 1)
+        solve_chunk<false>(v, solved[buf], lu, (int)n, c * CHUNK, transposed, diag);
 
     if (i < n) {
         T* x = reinterpret_cast<T*>(args.x) + b * args.x_stride;
