@@ -15,7 +15,7 @@ one matrix leaves cuSOLVER). solve (A (batch, n, n), B (batch, n, k)) with k = 1
   16 side streams), so the crossovers can be read off the table.
 Every call is timed whole, as a user calls it: lu_factor and solve check info, so each
 synchronizes. After two warm-up calls, a cell runs the call as many times as fit in about
-TARGET_MS (2 to 50 times) with perf_counter, REPEATS times; the cell is the median, in ms.
+TARGET_MS (2 to 1000 times) with perf_counter, REPEATS times; the cell is the median, in ms.
 For the small rows, "vram _ex" and "torch _ex" time lu_factor_ex, which does not
 synchronize, 50 calls between synchronizations: where the GPU is faster than the host,
 that is the host's cost of a call.
@@ -119,7 +119,7 @@ def time_call(call: Call, sync: Callable[[], None]) -> float:
     call()
     sync()
     first = (time.perf_counter() - start) * 1e3
-    count = int(min(50, max(2, TARGET_MS / max(first, 1e-3))))
+    count = int(min(1000, max(2, TARGET_MS / max(first, 1e-3))))
     runs = []
     for _ in range(REPEATS):
         start = time.perf_counter()
