@@ -236,31 +236,38 @@ def _table(
     return PANELS[dtype], MAX_ROWS[dtype]
 
 
+def _config(dtype: str, rows: int, batch: int, clusters: bool) -> PanelConfig | None:
+    """The panel kernel for a panel of ``rows`` rows of ``batch`` matrices, None where no
+    panel takes it (a complex dtype, no rows, or more than the table's most)."""
+    if dtype not in PANELS or rows <= 0:
+        return None
+    table, most_rows = _table(dtype, rows, batch, clusters)
+    if rows > most_rows:
+        return None
+    return next(config for most, config in table if rows <= most)
+
+
 def supports(dtype: str, m: int, n: int, batch: int = 2, clusters: bool = False) -> bool:
     """Whether ``batch`` m x n matrices of ``dtype`` can be factored here; ``clusters``:
     whether the device runs cluster panels."""
-    if dtype not in PANELS:
-        return False
-    return 0 < m <= _table(dtype, m, batch, clusters)[1] and n > 0
+    return n > 0 and _config(dtype, m, batch, clusters) is not None
 
 
 def panel_config(dtype: str, rows: int, batch: int = 2, clusters: bool = False) -> PanelConfig:
     """The panel kernel for a panel of ``rows`` rows of ``batch`` matrices (at most
     MAX_ROWS[dtype], or more where tall or cluster panels take it)."""
-    table, most_rows = _table(dtype, rows, batch, clusters)
-    if rows <= most_rows:
-        for most, config in table:
-            if rows <= most:
-                return config
-    raise ValueError(f"rows: at most {most_rows} for {dtype}, got {rows}")
+    config = _config(dtype, rows, batch, clusters)
+    if config is None:
+        most_rows = _table(dtype, rows, batch, clusters)[1] if dtype in PANELS else 0
+        raise ValueError(f"rows: at most {most_rows} for {dtype}, got {rows}")
+    return config
 
 
 def one_panel(dtype: str, m: int, n: int, batch: int = 2, clusters: bool = False) -> bool:
     """Whether one panel covers every column (n <= m, and n <= its width): one launch,
     reading the input in place."""
-    if not supports(dtype, m, n, batch, clusters):
-        return False
-    return _covers(panel_config(dtype, m, batch, clusters), m, n)
+    config = _config(dtype, m, batch, clusters)
+    return n > 0 and config is not None and _covers(config, m, n)
 
 
 def _covers(config: PanelConfig, m: int, n: int) -> bool:

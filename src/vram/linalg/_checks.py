@@ -87,11 +87,11 @@ def broadcast_batch(api: str, a: tuple[str, Tensor], b: tuple[str, Tensor]) -> t
     if first == second:
         return first
     try:
-        return broadcast_shapes(batch_shape(a[1]), batch_shape(b[1]))
+        return broadcast_shapes(first, second)
     except ValueError:
         raise RuntimeError(
-            f"{api}: the batch dimensions of {a[0]} {batch_shape(a[1])} and "
-            f"{b[0]} {batch_shape(b[1])} cannot be broadcast together"
+            f"{api}: the batch dimensions of {a[0]} {first} and "
+            f"{b[0]} {second} cannot be broadcast together"
         ) from None
 
 
