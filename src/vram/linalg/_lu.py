@@ -43,6 +43,7 @@ __all__ = [
     "factor",
     "column_major_empty",
     "pivots_and_info",
+    "int_views",
     "batch_stride",
     "LUFactor",
     "LUFactorEx",
@@ -69,10 +70,16 @@ def column_major_empty(batch: tuple[int, ...], m: int, n: int, like: Tensor) -> 
 def pivots_and_info(batch: tuple[int, ...], k: int, device) -> tuple[Tensor, Tensor]:
     """Uninitialized contiguous int32 pivots (*batch, k) and info (*batch,), in ONE
     allocation (info right after the pivots)."""
-    count = math.prod(batch)
-    both = Tensor._empty((count * (k + 1),), int32, device)
-    pivots = both._view((*batch, k), contiguous_strides((*batch, k)), 0)
-    info = both._view(batch, contiguous_strides(batch), count * k)
+    both = Tensor._empty((math.prod(batch) * (k + 1),), int32, device)
+    return int_views(both._storage, 0, batch, k)
+
+
+def int_views(storage, first: int, batch: tuple[int, ...], k: int) -> tuple[Tensor, Tensor]:
+    """Contiguous int32 pivots (*batch, k) at element ``first`` of ``storage`` (counted in
+    int32s), and info (*batch,) right after them."""
+    pivots = Tensor._make(storage, (*batch, k), contiguous_strides((*batch, k)), first, int32)
+    after = first + math.prod(batch) * k
+    info = Tensor._make(storage, batch, contiguous_strides(batch), after, int32)
     return pivots, info
 
 

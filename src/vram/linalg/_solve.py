@@ -29,7 +29,7 @@ from . import _blocked, _checks
 from ._batch import run_batch
 from ._dispatch import Plan, plan_solve
 from ._libs import libs_for
-from ._lu import batch_stride, column_major_empty, factor
+from ._lu import batch_stride, column_major_empty, factor, int_views
 from ._workspace import CallWorkspaces
 
 __all__ = [
@@ -283,18 +283,16 @@ def _factor_for_solve(
     count = math.prod(batch)
     transposed = transpose and A.is_contiguous()
     lu_elements = count * n * n
-    ints = count * n if own_info else count * (n + 1)
+    ints = count * (n + 1)  # pivots and info (its room unused where ``own_info``)
     scratch = Tensor._empty((lu_elements * A.dtype.itemsize + 4 * ints,), uint8, A.device)
     storage = scratch._storage
     batch_strides = tuple(step * n * n for step in contiguous_strides(batch))
     lu = Tensor._make(storage, (*batch, n, n), (*batch_strides, 1, n), 0, A.dtype)
     source = A.transpose(-2, -1) if transposed else A  # A^T packed column-major: A's layout
     first = lu_elements * A.dtype.itemsize // 4  # the pivots, after LU, in int32s
-    pivots = Tensor._make(storage, (*batch, n), contiguous_strides((*batch, n)), first, int32)
+    pivots, info = int_views(storage, first, batch, n)
     if own_info:
         info = Tensor._empty(batch, int32, A.device)
-    else:
-        info = Tensor._make(storage, batch, contiguous_strides(batch), first + count * n, int32)
     factor(lu, pivots, info, source=source if A.numel() else None)
     return lu, pivots, info, transposed
 
