@@ -182,7 +182,7 @@ SOLVE_COLUMNS_THREADS = 64  # kernels/lu.cu: its block, and its staging of X
 # Matrices of at most 32 rows with at most SOLVE_RHS right-hand sides: a warp per matrix,
 # a row a lane, the solved values shared by shuffles (``getrs_warp``): at 4096 x 32 x 32,
 # 12.1 us against getrs's 20.3 with one right-hand side (floats; 26 against 32 for
-# doubles); with 8, within 4% of it for floats (doubles: 106 against 89).
+# doubles); with 8, within 4% of it for floats (doubles: 91 against 84).
 SOLVE_WARP_MAX_N = 32
 
 

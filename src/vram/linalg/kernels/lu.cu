@@ -801,6 +801,19 @@ __device__ __forceinline__ void solve_order(const int* ipiv, int n, bool transpo
     }
 }
 
+// One column of a solve by shuffles: lane ``source`` holds the column's row (divided first
+// by ``diag``, its diagonal, where ``divide``), and every lane subtracts ``f`` (its factor
+// in that column, 0 where it takes none) times that row's values.
+template <typename T, int RT>
+__device__ __forceinline__ void shuffle_column(T (&v)[RT], T f, int source, bool divide, T diag) {
+    if (divide && (int)(threadIdx.x % 32) == source) {
+#pragma unroll
+        for (int r = 0; r < RT; ++r) v[r] /= diag;
+    }
+#pragma unroll
+    for (int r = 0; r < RT; ++r) v[r] -= f * __shfl_sync(0xffffffffu, v[r], source);
+}
+
 // One chunk of ``getrs``: its rows [k0, k0 + CHUNK) solved, forward (L, unit lower, or
 // U^T, lower) or backward (U, upper, or L^T, unit upper), and the rows after it (forward)
 // or before it (backward) updated. The chunk's warp takes its rows a column at a time, by
@@ -829,15 +842,7 @@ __device__ __forceinline__ void solve_chunk(T (&v)[RT], T (&solved)[CHUNK][RT], 
 #pragma unroll
         for (int s = 0; s < CHUNK; ++s) {
             const int t = FORWARD ? s : CHUNK - 1 - s;
-            const int source = (k0 + t) % 32;  // the lane of row k0 + t
-            if (k0 + t < n) {                  // the same in every lane
-                if (divide && lane == source) {
-#pragma unroll
-                    for (int r = 0; r < RT; ++r) v[r] /= diag;
-                }
-#pragma unroll
-                for (int r = 0; r < RT; ++r) v[r] -= f[t] * __shfl_sync(0xffffffffu, v[r], source);
-            }
+            if (k0 + t < n) shuffle_column(v, f[t], (k0 + t) % 32, divide, diag);  // row k0 + t
         }
         const int row = lane - k0 % 32;  // of the chunk
         if (row >= 0 && row < CHUNK) {
@@ -975,31 +980,11 @@ __global__ void __launch_bounds__(32) getrs_warp(const SolveArgs args) {
     // forward: L (unit lower) or U^T (lower); backward: U (upper) or L^T (unit upper)
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-        if (k < n) {
-            if (transposed && lane == k) {
-#pragma unroll
-                for (int j = 0; j < RT; ++j) v[j] /= a[k];
-            }
-#pragma unroll
-            for (int j = 0; j < RT; ++j) {
-                const T solved = __shfl_sync(all, v[j], k);
-                if (lane > k) v[j] -= a[k] * solved;
-            }
-        }
+        if (k < n) shuffle_column(v, lane > k ? a[k] : T(0), k, transposed, a[k]);
     }
 #pragma unroll
     for (int k = N - 1; k >= 0; --k) {
-        if (k < n) {
-            if (!transposed && lane == k) {
-#pragma unroll
-                for (int j = 0; j < RT; ++j) v[j] /= a[k];
-            }
-#pragma unroll
-            for (int j = 0; j < RT; ++j) {
-                const T solved = __shfl_sync(all, v[j], k);
-                if (lane < k) v[j] -= a[k] * solved;
-            }
-        }
+        if (k < n) shuffle_column(v, lane < k ? a[k] : T(0), k, !transposed, a[k]);
     }
 
     T* x = reinterpret_cast<T*>(args.x) + b * args.x_stride;
