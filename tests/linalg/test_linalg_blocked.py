@@ -101,3 +101,21 @@ def test_lu_solve_adjoint_and_inverse(sim0, blocked):
     X = vram.linalg.lu_solve(LU, pivots, B, adjoint=True)
     close(np.swapaxes(a, 1, 2) @ X.numpy(), b, vram.float64)
     close(vram.linalg.inv(A).numpy() @ a, np.broadcast_to(np.eye(n), a.shape), vram.float64)
+
+
+def test_batch_stride_is_the_one_stride_between_matrices(sim0):
+    """``_lu.batch_stride``: the stride that steps through the matrices of a tensor taken as
+    a flat batch (0 for one matrix or a broadcast one), None where no one stride does."""
+    from vram.linalg._lu import batch_stride
+
+    base = vram.zeros((2, 3, 4, 5), device=sim0)
+    assert batch_stride(base) == 20
+    assert batch_stride(base[0]) == 20
+    assert batch_stride(base[:1, :1]) == 0  # one matrix
+    assert batch_stride(base[:, :1]) == 60  # a dimension of size 1 does not count
+    assert batch_stride(base.reshape(6, 4, 5)[::2]) == 40
+    assert batch_stride(base[:, :2]) is None  # rows of 2 then a jump: no one stride
+    assert batch_stride(base.transpose(0, 1)) is None
+    assert batch_stride(base[0, 0].expand(7, 4, 5)) == 0
+    assert batch_stride(base[:, :1].expand(2, 3, 4, 5)) is None
+    assert batch_stride(base.reshape(1, 6, 4, 5)) == 20

@@ -127,9 +127,13 @@ class _ThreadState(threading.local):
 
 def _host_pointer(array: np.ndarray, call: str, writable: bool = False) -> int:
     """The address of a host array's bytes, after checking that a copy can use them."""
-    if not array.flags.c_contiguous:
+    flags = array.flags
+    if not flags.c_contiguous:
         raise ValueError(f"{call}: the host array must be C-contiguous")
-    if writable and not array.flags.writeable:
+    if flags.writeable and array.nbytes:
+        # a ctypes view of the buffer: 0.4 us, where ``array.ctypes.data`` takes 1.6
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+    if writable:
         raise ValueError(f"{call}: the destination host array is read-only")
     return array.ctypes.data
 
@@ -220,6 +224,10 @@ def _pool_attribute(name: str) -> tuple[Any, bool]:
 
 def _dim3(dims: tuple[int, ...]) -> tuple[int, int, int]:
     """A grid or block as three ints; missing trailing dimensions are 1."""
+    if type(dims) is tuple and len(dims) == 3:  # the common case: three ints, as they are
+        x, y, z = dims
+        if type(x) is int and type(y) is int and type(z) is int:
+            return dims  # type: ignore[return-value]
     if not 1 <= len(dims) <= 3:
         raise ValueError(f"grid and block take 1 to 3 dimensions, got {tuple(dims)}")
     x, y, z = (*dims, 1, 1)[:3]

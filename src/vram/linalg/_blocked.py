@@ -244,7 +244,10 @@ def _config(dtype: str, rows: int, batch: int, clusters: bool) -> PanelConfig | 
     table, most_rows = _table(dtype, rows, batch, clusters)
     if rows > most_rows:
         return None
-    return next(config for most, config in table if rows <= most)
+    for most, config in table:
+        if rows <= most:
+            return config
+    return None  # (unreachable: the table's last row takes most_rows)
 
 
 def supports(dtype: str, m: int, n: int, batch: int = 2, clusters: bool = False) -> bool:

@@ -118,7 +118,7 @@ def check_errors(info: Tensor, api: str, is_matrix: bool) -> None:
     if info.numel() == 0:
         return
     values = info.numpy().reshape(-1)
-    if not values.any():
+    if not np.count_nonzero(values):  # (cheaper than values.any())
         return
     first = int(np.argmax(values != 0))
     value = int(values[first])

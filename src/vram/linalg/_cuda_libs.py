@@ -78,6 +78,7 @@ _SOLVE_ARGS = _fields("lu", "lu_stride", "ipiv", "ipiv_stride", "b", "b_batch", 
 _WARP_PANEL = PanelConfig(32, 1, 32)  # the one-warp kernel's shape (``panel_warp``)
 
 
+@cache  # (a launch asks for its kernel's name: a lookup, not a format)
 def _panel_name(dtype: str, config: PanelConfig) -> str:
     t = _LU_TYPES[dtype]
     if config == _WARP_PANEL:
@@ -87,18 +88,22 @@ def _panel_name(dtype: str, config: PanelConfig) -> str:
     return f"panel<{t}, {config.blocks}, {config.threads}, {config.rows}, {config.width}>"
 
 
+@cache
 def _swap_name(dtype: str) -> str:
     return f"swap_trsm<{_LU_TYPES[dtype]}, {SWAP_WIDTH}, {SWAP_WARPS}, {SWAP_COLUMNS}>"
 
 
+@cache
 def _solve_name(dtype: str, rhs: int) -> str:
     return f"getrs<{_LU_TYPES[dtype]}, {rhs}>"
 
 
+@cache
 def _solve_columns_name(dtype: str) -> str:
     return f"getrs_columns<{_LU_TYPES[dtype]}>"
 
 
+@cache
 def _solve_warp_name(dtype: str, rhs: int) -> str:
     return f"getrs_warp<{_LU_TYPES[dtype]}, {rhs}>"
 

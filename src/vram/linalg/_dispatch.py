@@ -30,6 +30,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .._device import as_device
 from ..backends import cuda as _backend
@@ -187,7 +188,6 @@ def _plan(
     table: dict[str, Crossover], m: int, n: int, batch: int, dtype: str, blocked: bool
 ) -> Plan:
     """``blocked``: whether vram's blocked LU (or solve) can run this call."""
-    crossover = table[dtype]
     square = m == n
     pinned = _forced.plan
     if pinned is not None:
@@ -195,8 +195,18 @@ def _plan(
             return Plan("cusolver", 1, pinned.algo)
         return pinned
     preferred = _backend.preferred_linalg_library()
+    return _chosen(table[dtype], square, max(m, n), batch, blocked, preferred)
+
+
+@lru_cache(maxsize=4096)
+def _chosen(
+    crossover: Crossover, square: bool, size: int, batch: int, blocked: bool, preferred: str
+) -> Plan:
+    """The plan ``crossover`` gives matrices of ``size`` = max(m, n) under the ``preferred``
+    library setting: a function of its arguments alone, so cached (a call looks it up
+    instead of walking the table and making a Plan)."""
     if preferred == "default":
-        way = crossover.way(max(m, n), batch)
+        way = crossover.way(size, batch)
     elif preferred == "cublas" and batch >= 2:
         way = "cublas"
     else:  # cuSOLVER, on one stream or over side streams

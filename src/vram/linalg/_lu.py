@@ -86,16 +86,17 @@ def int_views(storage, first: int, batch: tuple[int, ...], k: int) -> tuple[Tens
 def batch_stride(t: Tensor) -> int | None:
     """The one stride between the matrices of ``t`` (*, r, c) taken as a flat batch, or None
     when its batch dimensions cannot be flattened (0 for a broadcast or single matrix)."""
-    pairs = zip(t.shape[:-2], t.stride()[:-2], strict=True)
-    dims = [(size, step) for size, step in pairs if size != 1]
-    if not dims:
-        return 0
-    step = dims[-1][1]
-    expected = step
-    for size, found in reversed(dims):
-        if found != expected:
-            return None
-        expected = found * size
+    shape, strides = t.shape, t.stride()
+    step, expected = 0, None  # the innermost batch dimension's stride; the next one's if packed
+    for i in range(len(shape) - 3, -1, -1):  # innermost first; dimensions of size 1 do not count
+        size = shape[i]
+        if size != 1:
+            found = strides[i]
+            if expected is None:
+                step = found
+            elif found != expected:
+                return None
+            expected = found * size
     return step
 
 
