@@ -63,6 +63,13 @@ class Storage:
         return self.host[start : start + nbytes]  # type: ignore[index]
 
 
+def device_storage(nbytes: int, device: Device) -> Storage:
+    """``nbytes`` of new memory from the caching allocator of ``device`` (a cuda or sim
+    device), for the current stream: for tensors laid out by their maker (``Tensor._make``)."""
+    allocation = allocate(nbytes, device)
+    return Storage(device, allocation.ptr, nbytes, allocation)
+
+
 class _HostMemory:
     """Raw host memory offered to NumPy; the arrays made over it keep ``owner`` alive."""
 
@@ -184,8 +191,7 @@ class Tensor:
         elif device.type == "cpu":
             storage = Storage.of_host(np.empty(numel, dt.np).view(np.uint8))
         else:
-            allocation = allocate(numel * dt.itemsize, device)
-            storage = Storage(device, allocation.ptr, numel * dt.itemsize, allocation)
+            storage = device_storage(numel * dt.itemsize, device)
         return cls._make(storage, shape, contiguous_strides(shape), 0, dt)
 
     def _view(self, shape: Sequence[int], stride: Sequence[int], offset: int) -> Tensor:

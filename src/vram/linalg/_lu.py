@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from .._dtypes import int32
 from .._streams import Stream, current_stream
-from .._tensor import Tensor, contiguous_strides
+from .._tensor import Tensor, contiguous_strides, device_storage
 from ..driver._cusolver import X_API_ELEMENTS
 from . import _blocked, _checks
 from ._batch import run_batch
@@ -63,15 +63,17 @@ class LUFactorEx(NamedTuple):
 
 def column_major_empty(batch: tuple[int, ...], m: int, n: int, like: Tensor) -> Tensor:
     """An uninitialized (*batch, m, n) tensor whose matrices are column-major, packed."""
-    storage = Tensor._empty((*batch, n, m), like.dtype, like.device)
-    return storage._view((*batch, m, n), (*storage._stride[:-2], 1, m), 0)
+    item = like.dtype.itemsize
+    storage = device_storage(math.prod(batch) * m * n * item, like.device)
+    strides = (*contiguous_strides((*batch, n, m))[:-2], 1, m)
+    return Tensor._make(storage, (*batch, m, n), strides, 0, like.dtype)
 
 
 def pivots_and_info(batch: tuple[int, ...], k: int, device) -> tuple[Tensor, Tensor]:
     """Uninitialized contiguous int32 pivots (*batch, k) and info (*batch,), in ONE
     allocation (info right after the pivots)."""
-    both = Tensor._empty((math.prod(batch) * (k + 1),), int32, device)
-    return int_views(both._storage, 0, batch, k)
+    storage = device_storage(4 * math.prod(batch) * (k + 1), device)
+    return int_views(storage, 0, batch, k)
 
 
 def int_views(storage, first: int, batch: tuple[int, ...], k: int) -> tuple[Tensor, Tensor]:

@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .._dtypes import complex64, complex128, float32, float64, int32, uint8
+from .._dtypes import complex64, complex128, float32, float64, int32
 from .._streams import Stream, current_stream
-from .._tensor import Tensor, contiguous_strides
+from .._tensor import Tensor, contiguous_strides, device_storage
 from ..driver._cusolver import OP_C, OP_N, OP_T, X_API_ELEMENTS
 from . import _blocked, _checks
 from ._batch import run_batch
@@ -284,8 +284,7 @@ def _factor_for_solve(
     transposed = transpose and A.is_contiguous()
     lu_elements = count * n * n
     ints = count * (n + 1)  # pivots and info (its room unused where ``own_info``)
-    scratch = Tensor._empty((lu_elements * A.dtype.itemsize + 4 * ints,), uint8, A.device)
-    storage = scratch._storage
+    storage = device_storage(lu_elements * A.dtype.itemsize + 4 * ints, A.device)
     batch_strides = tuple(step * n * n for step in contiguous_strides(batch))
     lu = Tensor._make(storage, (*batch, n, n), (*batch_strides, 1, n), 0, A.dtype)
     source = A.transpose(-2, -1) if transposed else A  # A^T packed column-major: A's layout
