@@ -70,3 +70,28 @@ def test_more_arguments_than_a_launch_takes_are_refused():
         params.fill((1,) * (params.COUNT + 1))
     with pytest.raises(ValueError, match="args: more than"):
         params.fill((bytes(params.NBYTES // 2),) * 3)
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(6, dtype=np.int32),
+        np.zeros((2, 3), np.float64),
+        np.zeros(4, ml_dtypes.bfloat16),  # a dtype the buffer protocol cannot describe
+        np.zeros((), np.float32),
+        np.zeros(0, np.uint8),
+    ],
+    ids=["int32", "float64-2d", "bfloat16", "0-d", "empty"],
+)
+def test_host_pointer_is_the_arrays_address(array):
+    """The address copies use: NumPy's own, for every dtype and shape."""
+    assert _cuda._host_pointer(array, "copy", writable=True) == array.ctypes.data
+    array.flags.writeable = False
+    assert _cuda._host_pointer(array, "copy") == array.ctypes.data
+    with pytest.raises(ValueError, match="copy: the destination host array is read-only"):
+        _cuda._host_pointer(array, "copy", writable=True)
+
+
+def test_host_pointer_refuses_a_strided_array():
+    with pytest.raises(ValueError, match="copy: the host array must be C-contiguous"):
+        _cuda._host_pointer(np.zeros((4, 4))[:, ::2], "copy")

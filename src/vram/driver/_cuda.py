@@ -130,11 +130,14 @@ def _host_pointer(array: np.ndarray, call: str, writable: bool = False) -> int:
     flags = array.flags
     if not flags.c_contiguous:
         raise ValueError(f"{call}: the host array must be C-contiguous")
-    if flags.writeable and array.nbytes:
-        # a ctypes view of the buffer: 0.4 us, where ``array.ctypes.data`` takes 1.6
-        return ctypes.addressof(ctypes.c_char.from_buffer(array))
-    if writable:
-        raise ValueError(f"{call}: the destination host array is read-only")
+    if not flags.writeable:
+        if writable:
+            raise ValueError(f"{call}: the destination host array is read-only")
+    elif array.nbytes:
+        try:  # a ctypes view of the buffer: 0.4 us, where ``array.ctypes.data`` takes 1.6
+            return ctypes.addressof(ctypes.c_char.from_buffer(array))
+        except (TypeError, ValueError):  # a dtype the buffer protocol lacks (bfloat16, ...)
+            pass
     return array.ctypes.data
 
 
