@@ -93,7 +93,7 @@ CUBLAS_MAX_N = 512  # pinned cuBLAS above this is far off the crossover (69 ms a
 CUSOLVER_MAX_BATCH = 64  # looped cuSOLVER beyond this is far off (247 ms at 32 x 4096)
 EX_MAX_N = 128  # rows timed without a synchronization per call too
 TARGET_MS = 100.0
-REPEATS = 3
+REPEATS = 5  # medians of 5: on the H100 host, back-to-back cells of one call ranged 0.082-0.143 ms
 PYTORCH_ISSUE = {  # cudaMalloc per lu_factor_ex, from pytorch#181997 / #181998
     "16x511": "7 (cuBLAS batched)",
     "16x512": "20 before the fix, 5 after (looped cuSOLVER)",
