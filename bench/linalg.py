@@ -16,6 +16,7 @@ one matrix leaves cuSOLVER). solve (A (batch, n, n), B (batch, n, k)) with k = 1
 Every call is timed whole, as a user calls it: lu_factor and solve check info, so each
 synchronizes. After two warm-up calls, a cell runs the call as many times as fit in about
 TARGET_MS (2 to 1000 times) with perf_counter, REPEATS times; the cell is the median, in ms.
+The cells of a row take turns (``time_row``): each round times every cell once.
 For the small rows, "vram _ex" and "torch _ex" time lu_factor_ex, which does not
 synchronize, 50 calls between synchronizations: where the GPU is faster than the host,
 that is the host's cost of a call.
@@ -56,8 +57,8 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
 
@@ -101,6 +102,7 @@ PYTORCH_ISSUE = {  # cudaMalloc per lu_factor_ex, from pytorch#181997 / #181998
 }
 
 Call = Callable[[], object]
+Setting = Callable[[], AbstractContextManager]  # makes the context a cell runs in
 
 
 class _Skip(Exception):
@@ -110,8 +112,8 @@ class _Skip(Exception):
 # ---- timing --------------------------------------------------------------------------------
 
 
-def time_call(call: Call, sync: Callable[[], None]) -> float:
-    """Median ms per call (see the module docstring)."""
+def _count(call: Call, sync: Callable[[], None]) -> int:
+    """After two warm-up calls, how many calls fit in about TARGET_MS (2 to 1000)."""
     for _ in range(2):
         call()
     sync()
@@ -119,25 +121,63 @@ def time_call(call: Call, sync: Callable[[], None]) -> float:
     call()
     sync()
     first = (time.perf_counter() - start) * 1e3
-    count = int(min(1000, max(2, TARGET_MS / max(first, 1e-3))))
-    runs = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        for _ in range(count):
-            call()
-        sync()
-        runs.append((time.perf_counter() - start) * 1e3 / count)
-    return statistics.median(runs)
+    return int(min(1000, max(2, TARGET_MS / max(first, 1e-3))))
 
 
-def guarded(name: str, context, call: Call, sync, skipped: list[str]) -> float | None:
-    """``time_call`` inside ``context``; a variant that fails is reported, not fatal."""
+def _run(call: Call, sync: Callable[[], None], count: int) -> float:
+    """ms per call of ``count`` calls and one synchronization."""
+    start = time.perf_counter()
+    for _ in range(count):
+        call()
+    sync()
+    return (time.perf_counter() - start) * 1e3 / count
+
+
+@dataclasses.dataclass
+class Cell:
+    """One cell of a row: ``call`` run inside a fresh ``setting()`` (the plan or library
+    it pins), ``count`` calls between synchronizations (None: as many as fit TARGET_MS)."""
+
+    name: str
+    call: Call
+    sync: Callable[[], None]
+    setting: Callable[[], AbstractContextManager] = nullcontext
+    count: int | None = None
+
+
+def time_row(cells: list[Cell], skipped: list[str]) -> dict[str, float | None]:
+    """Each cell's median ms per call, the cells taking turns: REPEATS rounds of one timed
+    run each, so that the host's drift in speed lands on every cell of the row alike (timed
+    one after the other, the row's first cell ran up to 28% slower than the same call
+    pinned, timed next). A cell that fails is reported and left out, not fatal."""
+    counts: dict[str, int] = {}
+    runs: dict[str, list[float]] = {cell.name: [] for cell in cells}
+    for turn in range(REPEATS + 1):  # turn 0 warms every cell up and sizes its runs
+        for cell in cells:
+            if turn > 0 and cell.name not in counts:
+                continue  # it failed
+            try:
+                with cell.setting():
+                    if turn == 0:
+                        measured = _count(cell.call, cell.sync)  # (warms it up either way)
+                        counts[cell.name] = cell.count or measured
+                    else:
+                        runs[cell.name].append(_run(cell.call, cell.sync, counts[cell.name]))
+            except Exception as exc:  # one broken variant must not cost the whole GPU run
+                skipped.append(f"{cell.name}: {type(exc).__name__}: {exc}"[:300])
+                counts.pop(cell.name, None)
+                runs[cell.name] = []
+    return {name: statistics.median(times) if times else None for name, times in runs.items()}
+
+
+@contextmanager
+def _torch_library(torch, library: str) -> Iterator[None]:
+    """PyTorch's preferred_linalg_library set to ``library`` while the block runs."""
+    torch.backends.cuda.preferred_linalg_library(library)
     try:
-        with context:
-            return time_call(call, sync)
-    except Exception as exc:  # one broken variant must not cost the whole GPU run
-        skipped.append(f"{name}: {type(exc).__name__}: {exc}"[:300])
-        return None
+        yield
+    finally:
+        torch.backends.cuda.preferred_linalg_library("default")
 
 
 # ---- peers ---------------------------------------------------------------------------------
@@ -187,48 +227,37 @@ def blocked_supports(device: vram.Device, n: int, batch: int) -> bool:
     return _Blocked.enabled and _blocked.supports("float32", n, n, batch, clusters)
 
 
-def lu_variants(device: vram.Device, n: int, batch: int) -> list[tuple[str, object]]:
-    """(name, the plan context) of every vram variant of an lu_factor n x batch row."""
-    variants: list[tuple[str, object]] = [("vram", nullcontext())]
+def lu_variants(device: vram.Device, n: int, batch: int) -> list[tuple[str, Setting]]:
+    """(name, what makes its plan context) of every vram variant of an lu_factor row."""
+    variants: list[tuple[str, Setting]] = [("vram", nullcontext)]
     if blocked_supports(device, n, batch):
-        variants.append(("vram blocked", _dispatch.forced("blocked")))
+        variants.append(("vram blocked", partial(_dispatch.forced, "blocked")))
     if n <= CUBLAS_MAX_N and batch > 1:
-        variants.append(("vram cublas", _dispatch.forced("cublas")))
+        variants.append(("vram cublas", partial(_dispatch.forced, "cublas")))
     if batch <= CUSOLVER_MAX_BATCH:
-        variants.append(("vram cusolver", _dispatch.forced("cusolver")))
+        variants.append(("vram cusolver", partial(_dispatch.forced, "cusolver")))
     for count in STREAMS:
         if batch >= count and n >= 256 * count // 8:
-            variants.append((f"vram streams {count}", _dispatch.forced("streams", streams=count)))
+            setting = partial(_dispatch.forced, "streams", streams=count)
+            variants.append((f"vram streams {count}", setting))
     return variants
 
 
-def solve_variants(n: int, batch: int) -> list[tuple[str, object]]:
-    """(name, the plan context) of every vram variant of a solve n x batch row."""
-    variants: list[tuple[str, object]] = [("vram", nullcontext())]
+def solve_variants(n: int, batch: int) -> list[tuple[str, Setting]]:
+    """(name, what makes its plan context) of every vram variant of a solve row."""
+    variants: list[tuple[str, Setting]] = [("vram", nullcontext)]
     if _Blocked.enabled and _blocked.solve_supports("float32", n):
-        variants.append(("vram blocked", _dispatch.forced("blocked")))
+        variants.append(("vram blocked", partial(_dispatch.forced, "blocked")))
     if n <= CUBLAS_MAX_N and batch > 1:
-        variants.append(("vram cublas", _dispatch.forced("cublas")))
+        variants.append(("vram cublas", partial(_dispatch.forced, "cublas")))
     if batch <= 16:
-        variants.append(("vram cusolver", _dispatch.forced("cusolver")))
+        variants.append(("vram cusolver", partial(_dispatch.forced, "cusolver")))
     if batch >= 8 and n >= 512:
-        variants.append(("vram streams 8", _dispatch.forced("streams", streams=8)))
+        variants.append(("vram streams 8", partial(_dispatch.forced, "streams", streams=8)))
     return variants
 
 
-def time_unsynchronized(call: Call, sync: Callable[[], None]) -> float:
-    """ms per call of ``call`` run 50 times between synchronizations (median of REPEATS)."""
-    for _ in range(3):
-        call()
-    sync()
-    runs = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        for _ in range(50):
-            call()
-        sync()
-        runs.append((time.perf_counter() - start) * 1e3 / 50)
-    return statistics.median(runs)
+UNSYNCHRONIZED = 50  # the "_ex" cells' calls between synchronizations
 
 
 def _ratios(row: dict) -> None:
@@ -255,44 +284,57 @@ def lu_rows(device: vram.Device, sizes, cuda: bool) -> tuple[list[dict], list[st
             a = a[0]
         A = vram.tensor(a, device=device)
         sync = lambda: vram.synchronize(device)  # noqa: E731
-        cells: dict[str, float | None] = {}
-        for name, context in lu_variants(device, n, batch):
-            cells[name] = guarded(name, context, partial(vram.linalg.lu_factor, A), sync, skipped)
+        call = partial(vram.linalg.lu_factor, A)
+        cells = [Cell(name, call, sync, setting) for name, setting in lu_variants(device, n, batch)]
         if n <= EX_MAX_N:
-            call = partial(vram.linalg.lu_factor_ex, A)
-            cells["vram _ex"] = guarded("vram _ex", nullcontext(), call, sync, skipped)
-        plan = vram.linalg.plan_lu(n, n, batch, "float32")
+            ex = partial(vram.linalg.lu_factor_ex, A)
+            cells.append(Cell("vram _ex", ex, sync, count=UNSYNCHRONIZED))
         if cuda:
-            try:
-                torch = _torch()
-                T = torch.from_numpy(a).cuda()
-                for name, library in (("torch default", "default"), ("torch cusolver", "cusolver")):
-                    torch.backends.cuda.preferred_linalg_library(library)
-                    call = partial(torch.linalg.lu_factor, T)
-                    cells[name] = time_call(call, torch.cuda.synchronize)
-                if n <= EX_MAX_N:
-                    torch.backends.cuda.preferred_linalg_library("cusolver")
-                    call = partial(torch.linalg.lu_factor_ex, T)
-                    cells["torch _ex"] = time_unsynchronized(call, torch.cuda.synchronize)
-                torch.backends.cuda.preferred_linalg_library("default")
-                del T
-            except Exception as skip:  # a peer that fails is reported, not fatal
-                skipped.append(str(skip))
-            try:
-                cupy, cupy_linalg = _cupy()
-                if batch == 1:
-                    C = cupy.asarray(a)
-                    sync_cupy = cupy.cuda.runtime.deviceSynchronize
-                    cells["cupy"] = time_call(partial(cupy_linalg.lu_factor, C), sync_cupy)
-                    del C
-            except Exception as skip:  # a peer that fails is reported, not fatal
-                skipped.append(str(skip))
+            cells += _peer_cells(a, batch, skipped, solve=None)
+        times = time_row(cells, skipped)
+        plan = vram.linalg.plan_lu(n, n, batch, "float32")
         row = {"op": "lu_factor", "n": n, "batch": batch, "vram_plan": plan.path}
-        row.update({k: round(v, 4) for k, v in cells.items() if v is not None})
+        row.update({k: round(v, 4) for k, v in times.items() if v is not None})
         _ratios(row)
         rows.append(row)
         print(_line(row), flush=True)
     return rows, skipped
+
+
+def _peer_cells(
+    a: np.ndarray, batch: int, skipped: list[str], solve: np.ndarray | None
+) -> list[Cell]:
+    """PyTorch's cells (both library settings, and lu_factor_ex for the small rows) and
+    CuPy's, on copies of ``a`` (and of the right-hand sides ``solve``, for a solve row)."""
+    cells: list[Cell] = []
+    n = a.shape[-1]
+    try:
+        torch = _torch()
+        T = torch.from_numpy(a).cuda()
+        if solve is None:
+            call = partial(torch.linalg.lu_factor, T)
+        else:
+            call = partial(torch.linalg.solve, T, torch.from_numpy(solve).cuda())
+        for name, library in (("torch default", "default"), ("torch cusolver", "cusolver")):
+            setting = partial(_torch_library, torch, library)
+            cells.append(Cell(name, call, torch.cuda.synchronize, setting))
+        if solve is None and n <= EX_MAX_N:
+            ex = partial(torch.linalg.lu_factor_ex, T)
+            setting = partial(_torch_library, torch, "cusolver")
+            cells.append(Cell("torch _ex", ex, torch.cuda.synchronize, setting, UNSYNCHRONIZED))
+    except Exception as skip:  # a peer that fails is reported, not fatal
+        skipped.append(str(skip))
+    try:
+        cupy, cupy_linalg = _cupy()
+        sync_cupy = cupy.cuda.runtime.deviceSynchronize
+        if solve is not None:
+            call = partial(cupy.linalg.solve, cupy.asarray(a), cupy.asarray(solve))
+            cells.append(Cell("cupy", call, sync_cupy))
+        elif batch == 1:  # (its lu_factor takes one matrix)
+            cells.append(Cell("cupy", partial(cupy_linalg.lu_factor, cupy.asarray(a)), sync_cupy))
+    except Exception as skip:  # a peer that fails is reported, not fatal
+        skipped.append(str(skip))
+    return cells
 
 
 def solve_rows(device: vram.Device, sizes, cuda: bool) -> tuple[list[dict], list[str]]:
@@ -305,36 +347,17 @@ def solve_rows(device: vram.Device, sizes, cuda: bool) -> tuple[list[dict], list
             b = rng.standard_normal((batch, n, k)).astype(np.float32)
             B = vram.tensor(b, device=device)
             sync = lambda: vram.synchronize(device)  # noqa: E731
-            cells: dict[str, float | None] = {}
-            for name, context in solve_variants(n, batch):
-                call = partial(vram.linalg.solve, A, B)
-                cells[name] = guarded(name, context, call, sync, skipped)
+            call = partial(vram.linalg.solve, A, B)
+            cells = [Cell(name, call, sync, setting) for name, setting in solve_variants(n, batch)]
             if cuda:
-                try:
-                    torch = _torch()
-                    TA, TB = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-                    for name, lib in (("torch default", "default"), ("torch cusolver", "cusolver")):
-                        torch.backends.cuda.preferred_linalg_library(lib)
-                        call = partial(torch.linalg.solve, TA, TB)
-                        cells[name] = time_call(call, torch.cuda.synchronize)
-                    torch.backends.cuda.preferred_linalg_library("default")
-                    del TA, TB
-                except Exception as skip:  # a peer that fails is reported, not fatal
-                    skipped.append(str(skip))
-                try:
-                    cupy, _ = _cupy()
-                    CA, CB = cupy.asarray(a), cupy.asarray(b)
-                    sync_cupy = cupy.cuda.runtime.deviceSynchronize
-                    cells["cupy"] = time_call(partial(cupy.linalg.solve, CA, CB), sync_cupy)
-                    del CA, CB
-                except Exception as skip:  # a peer that fails is reported, not fatal
-                    skipped.append(str(skip))
+                cells += _peer_cells(a, batch, skipped, solve=b)
+            times = time_row(cells, skipped)
             row = {"op": "solve", "n": n, "batch": batch, "nrhs": k}
             row["vram_plan"] = (
                 f"{vram.linalg.plan_lu(n, n, batch, 'float32').path}+"
                 f"{vram.linalg.plan_solve(n, k, batch, 'float32').path}"
             )
-            row.update({key: round(v, 4) for key, v in cells.items() if v is not None})
+            row.update({key: round(v, 4) for key, v in times.items() if v is not None})
             _ratios(row)
             rows.append(row)
             print(_line(row), flush=True)
