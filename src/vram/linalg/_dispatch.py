@@ -54,7 +54,7 @@ PATHS = ("cublas", "cusolver", "streams", "blocked")
 EVERY_N = 1 << 62  # the last band's bound: every size
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # hashed by identity: the plan cache keys on it
 class Crossover:
     """Which way runs a call, for one dtype: for a batch of two or more, the first of
     ``bands`` (largest n, way) whose n is at least max(m, n) of the matrices; for one
