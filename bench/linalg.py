@@ -148,7 +148,7 @@ class Cell:
 def time_row(cells: list[Cell], skipped: list[str]) -> dict[str, float | None]:
     """Each cell's median ms per call, the cells taking turns: REPEATS rounds of one timed
     run each, so that the host's drift in speed lands on every cell of the row alike (timed
-    one after the other, the row's first cell ran up to 28% slower than the same call
+    one after the other, the row's first cell ran 28-96% slower than the same way
     pinned, timed next). A cell that fails is reported and left out, not fatal."""
     counts: dict[str, int] = {}
     runs: dict[str, list[float]] = {cell.name: [] for cell in cells}
