@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .._dtypes import int32
+from .._dtypes import dtype, int32
 from .._streams import Stream, current_stream
 from .._tensor import Tensor, contiguous_strides, device_storage
 from ..driver._cusolver import X_API_ELEMENTS
@@ -42,6 +42,7 @@ __all__ = [
     "lu_factor",
     "factor",
     "column_major_empty",
+    "column_major",
     "pivots_and_info",
     "int_views",
     "batch_stride",
@@ -63,10 +64,14 @@ class LUFactorEx(NamedTuple):
 
 def column_major_empty(batch: tuple[int, ...], m: int, n: int, like: Tensor) -> Tensor:
     """An uninitialized (*batch, m, n) tensor whose matrices are column-major, packed."""
-    item = like.dtype.itemsize
-    storage = device_storage(math.prod(batch) * m * n * item, like.device)
+    storage = device_storage(math.prod(batch) * m * n * like.dtype.itemsize, like.device)
+    return column_major(storage, batch, m, n, like.dtype)
+
+
+def column_major(storage, batch: tuple[int, ...], m: int, n: int, dt: dtype) -> Tensor:
+    """The (*batch, m, n) tensor of packed column-major matrices at the start of ``storage``."""
     strides = (*contiguous_strides((*batch, n, m))[:-2], 1, m)
-    return Tensor._make(storage, (*batch, m, n), strides, 0, like.dtype)
+    return Tensor._make(storage, (*batch, m, n), strides, 0, dt)
 
 
 def pivots_and_info(batch: tuple[int, ...], k: int, device) -> tuple[Tensor, Tensor]:

@@ -29,7 +29,7 @@ from . import _blocked, _checks
 from ._batch import run_batch
 from ._dispatch import Plan, plan_solve
 from ._libs import libs_for
-from ._lu import batch_stride, column_major_empty, factor, int_views
+from ._lu import batch_stride, column_major, column_major_empty, factor, int_views
 from ._workspace import CallWorkspaces
 
 __all__ = [
@@ -285,8 +285,7 @@ def _factor_for_solve(
     lu_elements = count * n * n
     ints = count * (n + 1)  # pivots and info (its room unused where ``own_info``)
     storage = device_storage(lu_elements * A.dtype.itemsize + 4 * ints, A.device)
-    batch_strides = tuple(step * n * n for step in contiguous_strides(batch))
-    lu = Tensor._make(storage, (*batch, n, n), (*batch_strides, 1, n), 0, A.dtype)
+    lu = column_major(storage, batch, n, n, A.dtype)
     source = A.transpose(-2, -1) if transposed else A  # A^T packed column-major: A's layout
     first = lu_elements * A.dtype.itemsize // 4  # the pivots, after LU, in int32s
     pivots, info = int_views(storage, first, batch, n)
