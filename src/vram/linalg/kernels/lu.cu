@@ -52,9 +52,11 @@ __device__ __forceinline__ bool beats(T key, i64 pos, T other_key, i64 other_pos
 constexpr i64 NONE = 0x7fffffffffffffffLL;  // the position of "no candidate"
 
 // The warp's best (key, place), left in every lane: a butterfly over that strict order.
-template <typename T, typename P> __device__ __forceinline__ void warp_best(T& key, P& place) {
+// ``LANES`` (a power of two): only the first LANES lanes offer, and only they get the best.
+template <int LANES = 32, typename T, typename P>
+__device__ __forceinline__ void warp_best(T& key, P& place) {
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
+    for (int offset = LANES / 2; offset > 0; offset >>= 1) {
         const T other_key = __shfl_xor_sync(0xffffffffu, key, offset);
         const P other_place = __shfl_xor_sync(0xffffffffu, place, offset);
         if (beats(other_key, (i64)other_place, key, (i64)place)) {
@@ -162,42 +164,113 @@ __device__ __forceinline__ void record_info(const PanelArgs& args, i64 b, int fi
     }
 }
 
-// A panel's threads meet once a column: a block's at __syncthreads; a cluster's (CLUSTER
-// blocks sharing one matrix, sm_90) at the cluster barrier, whose release and acquire make
-// each block's shared memory writes visible to the others.
-template <int CLUSTER> __device__ __forceinline__ void panel_barrier() {
-    if constexpr (CLUSTER == 1) {
-        __syncthreads();
-    } else {
-        asm volatile(
-            "barrier.cluster.arrive.release.aligned;\n\t"
-            "barrier.cluster.wait.acquire.aligned;" ::: "memory");
-    }
+// Every thread of the cluster meets here; the release and acquire make each block's
+// shared memory writes (here: its mbarriers' initialization) visible to the others.
+template <int CLUSTER> __device__ __forceinline__ void cluster_barrier() {
+    asm volatile(
+        "barrier.cluster.arrive.release.aligned;\n\t"
+        "barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-// ``p`` (in this block's shared memory) as the same variable of block ``rank`` of the
-// cluster: a generic address into that block's shared memory (distributed shared memory).
-template <typename T> __device__ __forceinline__ T* in_block(T* p, unsigned rank) {
-    u64 out;
-    asm("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(p), "r"(rank));
-    return reinterpret_cast<T*>(out);
+// The cluster's exchange of offers (sm_90): each block sends its offer (its best row's
+// values, key and place) into every block's inbox with a bulk copy, whose bytes count down
+// the receiving block's mbarrier for that column (its ``expect_tx``); a block waits on its
+// own mbarrier alone, so a column costs one one-way trip through distributed shared memory,
+// not a cluster barrier (about 0.7 us on an H100) and remote reads after it. (Templates, so
+// that the CPU emulation, which runs one block, never compiles them.)
+template <typename T> __device__ __forceinline__ unsigned shared_address(const T* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// a shared address of this block as the same variable of block ``rank`` of the cluster
+template <typename T> __device__ __forceinline__ unsigned in_block(const T* p, unsigned rank) {
+    unsigned out;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(out)
+                 : "r"(shared_address(p)), "r"(rank));
+    return out;
+}
+
+// ``bytes`` (a multiple of 16) copied from ``from`` (this block's shared memory) to ``to``
+// (a cluster shared address) by the bulk copy engine, counted on the mbarrier ``bar`` there
+template <typename T>
+__device__ __forceinline__ void send(unsigned to, const T* from, unsigned bytes, unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes"
+        " [%0], [%1], %2, [%3];" ::"r"(to), "r"(shared_address(from)), "r"(bytes), "r"(bar)
+        : "memory");
+}
+
+// this thread's shared memory writes ordered before later bulk copies' reads of them
+template <int CLUSTER> __device__ __forceinline__ void fence_for_copies() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+template <typename T> __device__ __forceinline__ void mbarrier_init(T* bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// this block's one arrival at ``bar`` for a column, expecting ``bytes`` from the cluster
+template <typename T> __device__ __forceinline__ void mbarrier_expect(T* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
+                 ::"r"(shared_address(bar)), "r"(bytes) : "memory");
+}
+
+// until the phase of ``bar`` of this ``parity`` has completed (every byte arrived)
+template <typename T> __device__ __forceinline__ void mbarrier_wait(T* bar, unsigned parity) {
+    asm volatile(
+        "{\n\t.reg .pred done;\n\t"
+        "WAIT:\n\t"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n\t"
+        "@!done bra WAIT;\n\t}" ::"r"(shared_address(bar)), "r"(parity) : "memory");
+}
+
+// A warp's best row (or in a cluster, a block's): its values (from the current column on),
+// its key and its place. A multiple of 16 bytes, 16-byte aligned: a row is read 16 bytes a
+// load, and a cluster sends an offer whole, one bulk copy a block.
+template <typename T, int NB> struct alignas(16) Offer {
+    T row[NB];
+    T key;
+    i64 place;
+};
+
+// u = row[0, 16 / sizeof(T)): one 16-byte load of shared memory
+template <typename T>
+__device__ __forceinline__ void load16(T (&u)[16 / sizeof(T)], const T* row) {
+#ifdef __CUDACC__
+    if constexpr (sizeof(T) == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(row);
+        u[0] = v.x, u[1] = v.y, u[2] = v.z, u[3] = v.w;
+    } else {
+        const double2 v = *reinterpret_cast<const double2*>(row);
+        u[0] = v.x, u[1] = v.y;
+    }
+#else
+    for (int v = 0; v < 16 / (int)sizeof(T); ++v) u[v] = row[v];
+#endif
 }
 
 // The panel of one matrix is held by CLUSTER blocks (a thread block cluster when CLUSTER >
 // 1, launched with that cluster size; blockIdx.x / CLUSTER is the matrix), each block
 // THREADS threads of R rows: rows (rank * R + r) * THREADS + threadIdx.x of the panel.
-// A column: every warp offers its best row in its block's shared memory; after the barrier
-// the best of all of them is found and its row's values read. Offers alternate between two
-// buffers by column parity, so a block may write the next column's while another still
-// reads this one's. (On an H100 a cluster barrier takes about 0.7 us, a block's 0.03-0.04;
-// a remote read costs more the more warps make it, hence warp 0 alone reads remotely.)
+// A column: every warp offers its best row in its block's shared memory; after the block's
+// barrier the block's best is found (by every thread alike in a block alone; in a cluster
+// by warp 0, which sends it to every block's inbox, and every block then picks the best of
+// its inbox). Offers and inboxes alternate between two buffers by column parity: a block
+// sends column c + 1's offer only after it took every offer of column c, which every block
+// sent after it had read its inbox of column c - 1, so no offer lands on one still read.
 template <typename T, int CLUSTER, int THREADS, int R, int NB>
 __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
     constexpr int WARPS = THREADS / 32;
-    constexpr int OFFERS = CLUSTER * WARPS;
-    __shared__ T rows[2][WARPS][NB];  // each warp's best row, by column parity
-    __shared__ T keys[2][WARPS];
-    __shared__ i64 places[2][WARPS];
+    static_assert(NB % (16 / sizeof(T)) == 0, "a row is read 16 bytes at a time");
+    // the lanes that take the warps' offers in a block of a cluster: a power of two
+    constexpr int OFFER_LANES = WARPS <= 1 ? 1 : WARPS <= 2 ? 2 : WARPS <= 4 ? 4 : WARPS <= 8 ? 8
+                              : WARPS <= 16 ? 16 : 32;
+    __shared__ Offer<T, NB> offers[2][WARPS];  // each warp's, by column parity
+    // a cluster's: every block's offer, and the mbarriers that count their bytes
+    __shared__ Offer<T, NB> inbox[2][CLUSTER];
+    __shared__ u64 arrived[2];
 
     const i64 b = blockIdx.x / CLUSTER;
     const unsigned rank = blockIdx.x % CLUSTER;
@@ -219,6 +292,14 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
         const T* row = src + (k0 + i) * args.src_row + k0 * args.src_col;
 #pragma unroll
         for (int c = 0; c < NB; ++c) a[r][c] = (i < h && c < jb) ? row[c * args.src_col] : T(0);
+    }
+
+    if constexpr (CLUSTER > 1) {
+        if (tid == 0) {
+            mbarrier_init(&arrived[0]);
+            mbarrier_init(&arrived[1]);
+        }
+        cluster_barrier<CLUSTER>();  // every block's mbarriers ready before any offer is sent
     }
 
     // The columns in turn (a loop, not unrolled: each step touches every register column
@@ -243,72 +324,77 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
             }
         }
         warp_best(key, place);
-        // the warp's best row goes to shared memory, from the thread that holds it
+        // the warp's offer goes to shared memory: its row from the thread that holds it
+        bool wrote = lane == 0;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             if (place != NONE && pos[r] == place) {
+                wrote = true;
 #pragma unroll
                 for (int j = 0; j < NB; ++j) {
-                    if (j >= c) rows[buf][warp][j] = a[r][j];
+                    if (j >= c) offers[buf][warp].row[j] = a[r][j];
                 }
             }
         }
         if (lane == 0) {
-            keys[buf][warp] = key;
-            places[buf][warp] = place;
+            offers[buf][warp].key = key;
+            offers[buf][warp].place = place;
         }
-        panel_barrier<CLUSTER>();
+        if constexpr (CLUSTER > 1) {
+            if (wrote) fence_for_copies<CLUSTER>();
+        }
+        __syncthreads();
         i64 p = NONE;
         const T* prow;
         if constexpr (CLUSTER == 1) {
             // the block's best, found by every thread alike (a scan of the warps' offers)
-            T best = keys[buf][0];
-            p = places[buf][0];
+            T best = offers[buf][0].key;
+            p = offers[buf][0].place;
             int w = 0;
 #pragma unroll
             for (int v = 1; v < WARPS; ++v) {
-                const T other_key = keys[buf][v];
-                const i64 other_place = places[buf][v];
+                const T other_key = offers[buf][v].key;
+                const i64 other_place = offers[buf][v].place;
                 if (beats(other_key, other_place, best, p)) {
                     best = other_key;
                     p = other_place;
                     w = v;
                 }
             }
-            prow = rows[buf][w];
+            prow = offers[buf][w].row;
         } else {
-            // the cluster's best, found by warp 0: lane v reads offers v, v + 32.. in their
-            // blocks (an offer's place taken as place * OFFERS + v: the same order, and the
-            // winner says which offer it was); it brings the winning row home, and the block
-            // reads it there (one remote read of the row, not one per warp)
-            __shared__ T chosen[2][NB];
-            __shared__ i64 chosen_place[2];
+            // the block's best, found by warp 0, which sends it to every block's inbox
             if (warp == 0) {
-                T best = T(-1);
-#pragma unroll
-                for (int o = 0; o < (OFFERS + 31) / 32; ++o) {
-                    const int v = o * 32 + lane;
-                    if (v >= OFFERS) break;
-                    const unsigned from = (unsigned)(v / WARPS);
-                    const T other_key = *in_block(&keys[buf][v % WARPS], from);
-                    const i64 other_place = *in_block(&places[buf][v % WARPS], from);
-                    const i64 tagged = other_place == NONE ? NONE : other_place * OFFERS + v;
-                    if (beats(other_key, tagged, best, p)) {
-                        best = other_key;
-                        p = tagged;
-                    }
+                const T offered_key = lane < WARPS ? offers[buf][lane].key : T(-1);
+                const i64 offered_place = lane < WARPS ? offers[buf][lane].place : NONE;
+                T best = offered_key;
+                i64 best_place = offered_place;
+                warp_best<OFFER_LANES>(best, best_place);
+                const unsigned holders =
+                    __ballot_sync(0xffffffffu, lane < WARPS && offered_place == best_place);
+                const Offer<T, NB>* offer = &offers[buf][__ffs(holders) - 1];
+                if (lane == 0) mbarrier_expect(&arrived[buf], CLUSTER * sizeof(Offer<T, NB>));
+                if (lane < CLUSTER) {
+                    send(in_block(&inbox[buf][rank], lane), offer, sizeof(Offer<T, NB>),
+                         in_block(&arrived[buf], lane));
                 }
-                warp_best(best, p);
-                const int offer = (int)(p % OFFERS);
-                const T* row = in_block(rows[buf][offer % WARPS], (unsigned)(offer / WARPS));
-                for (int j = lane; j < NB; j += 32) {
-                    if (j >= c) chosen[buf][j] = row[j];
-                }
-                if (lane == 0) chosen_place[buf] = p / OFFERS;
             }
-            __syncthreads();
-            p = chosen_place[buf];
-            prow = chosen[buf];
+            // the cluster's best, found by every thread alike (a scan of the inbox)
+            mbarrier_wait(&arrived[buf], (unsigned)(c >> 1) & 1u);
+            T best = inbox[buf][0].key;
+            p = inbox[buf][0].place;
+            int from = 0;
+#pragma unroll
+            for (int v = 1; v < CLUSTER; ++v) {
+                const T other_key = inbox[buf][v].key;
+                const i64 other_place = inbox[buf][v].place;
+                if (beats(other_key, other_place, best, p)) {
+                    best = other_key;
+                    p = other_place;
+                    from = v;
+                }
+            }
+            prow = inbox[buf][from].row;
         }
         const T d = prow[c];
         interchange(pos, c, p);
@@ -337,21 +423,27 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
                 }
             }
         }
+        // (the pivot row read 16 bytes a load)
+        constexpr int V = 16 / sizeof(T);
 #pragma unroll
-        for (int j = 0; j < NB; ++j) {
-            if (j > c) {
-                const T u = prow[j];
+        for (int q = 0; q < NB / V; ++q) {
+            T u[V];
+            load16(u, prow + q * V);
 #pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    if (pos[r] > c) a[r][j] -= l[r] * u;
+            for (int v = 0; v < V; ++v) {
+                if (q * V + v > c) {
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        if (pos[r] > c) a[r][q * V + v] -= l[r] * u[v];
+                    }
                 }
             }
         }
     }
 
+    // (a block of a cluster may leave: every offer sent to it has arrived, none is read
+    // remotely)
     if (leader) record_info(args, b, (int)first_zero);
-    // no block leaves while another may still read its offers of the last column
-    if constexpr (CLUSTER > 1) panel_barrier<CLUSTER>();
     T* out = reinterpret_cast<T*>(args.lu) + b * args.lu_stride;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
