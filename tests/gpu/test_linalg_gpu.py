@@ -204,9 +204,10 @@ def test_blocked_lu_and_solve_match_pytorch(monkeypatch, dt, n, panels):
     1 and 11 right-hand sides (two blocks of 8; at n = 20 a thread each), left and right,
     B read where it lies. The
     tall panels of this batch of 3 go to clusters of blocks (``CLUSTER_FROM``), or to a
-    block a matrix where the table is emptied."""
+    block a matrix where the cluster and tall tables are emptied."""
     if panels == "blocks":
         monkeypatch.setattr(_blocked, "CLUSTER_FROM", ())
+        monkeypatch.setattr(_blocked, "TALL_FROM", ())
     shift = 4 * np.sqrt(n) * np.eye(n)
     a = (random((3, n, n), dt, seed=n) + shift).astype(dt.np)  # float32 stays float32
     A, T = on_both(a)
@@ -244,14 +245,14 @@ def reconstructs(LU: vram.Tensor, pivots: vram.Tensor, a: np.ndarray, atol: floa
 @pytest.mark.parametrize("n", [300, 1000, 2049, 4096])
 @pytest.mark.parametrize("dt", [vram.float32, vram.float64], ids=["float32", "float64"])
 def test_one_matrix_panels_match_pytorch(monkeypatch, dt, n, panels):
-    """One matrix over tall panels (one block, a sub-panel in registers at a time) or, where
-    the tall table is emptied, cluster panels (8 blocks a panel, distributed shared memory);
-    every row of their tables is reached (4096 starts in the last, 2049 in the one before):
-    pivots and info as PyTorch's (cuSOLVER's) where no two candidates tie closely; P L U = A
-    for a random matrix; a solve."""
-    if panels == "clusters":
-        assert vram.get_device_properties(CUDA).major >= 9, "cluster panels need sm_90"
-        monkeypatch.setattr(_blocked, "TALL_FROM", ())
+    """One matrix over tall panels (one block, a sub-panel in registers at a time; cluster
+    panels only above their 2048 rows) or over cluster panels (8 blocks a panel,
+    distributed shared memory); every row of their tables is reached (4096 starts in the
+    last, 2049 in the one before): pivots and info as PyTorch's (cuSOLVER's) where no two
+    candidates tie closely; P L U = A for a random matrix; a solve."""
+    assert vram.get_device_properties(CUDA).major >= 9, "cluster panels need sm_90"
+    if panels == "tall":
+        monkeypatch.setattr(_blocked, "CLUSTER_FROM", ((16, 2049),))
     shift = 4 * np.sqrt(n) * np.eye(n)
     a = (random((n, n), dt, seed=n) + shift).astype(dt.np)
     A, T = on_both(a)
@@ -275,8 +276,8 @@ def test_one_matrix_panels_match_pytorch(monkeypatch, dt, n, panels):
 def test_one_matrix_panels_report_zero_pivots_as_pytorch(monkeypatch, pivot, panels):
     """A zero column in the third panel: info is the first zero pivot, as cuSOLVER's;
     without pivoting, the trivial permutation. Tall panels, or cluster panels."""
-    if panels == "clusters":
-        monkeypatch.setattr(_blocked, "TALL_FROM", ())
+    if panels == "tall":
+        monkeypatch.setattr(_blocked, "CLUSTER_FROM", ())
     n = 1500
     a = random((n, n), vram.float64, seed=3) + 4 * np.sqrt(n) * np.eye(n)
     a[:, 70] = 0

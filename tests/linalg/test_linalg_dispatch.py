@@ -44,10 +44,10 @@ def test_default_plans_follow_the_bands():
     assert plan_lu(2048, 2048, 16, "float32") == Plan("blocked")
     assert plan_lu(4096, 4096, 4, "float32") == Plan("streams", 4, TABLE.getrf_algo)
     assert plan_lu(4096, 4096, 1, "float32").path == "cusolver"
-    # float64's panels of a block a matrix stop at 1024 rows: past it, tall panels (batches
-    # of up to 16) or the side streams
-    assert plan_lu(2048, 2048, 16, "float64") == Plan("blocked")
-    assert plan_lu(2048, 2048, 17, "float64") == Plan("streams", 8, TABLE.getrf_algo)
+    # float64's panels of a block a matrix stop at 1024 rows: past it, cluster panels
+    # (batches of up to 32; the simulated GPU is an H100) or the side streams
+    assert plan_lu(2048, 2048, 32, "float64") == Plan("blocked")
+    assert plan_lu(2048, 2048, 33, "float64") == Plan("streams", 8, TABLE.getrf_algo)
     # complex: cuBLAS to 512, side streams above
     assert plan_lu(512, 512, 64, "complex64") == Plan("cublas")
     assert plan_lu(513, 513, 64, "complex64").path == "streams"
@@ -73,20 +73,22 @@ def test_without_clusters_tall_batches_go_to_the_side_streams(monkeypatch):
 
 
 def test_tall_and_cluster_panels_take_tall_panels_of_small_batches():
-    """``TALL_FROM``: batches of up to 16, panels of 257 to 2048 rows go to tall panels
-    (one block, a sub-panel in registers at a time); ``CLUSTER_FROM``: the same batches'
-    taller panels, on devices that have clusters; the rest, a block a matrix."""
+    """``CLUSTER_FROM``: on devices that have clusters, batches of up to 32, panels of 257
+    rows and more go to cluster panels; ``TALL_FROM``: elsewhere, batches of up to 16,
+    panels of 257 to 2048 rows go to tall panels (one block, a sub-panel in registers at a
+    time); the rest, a block a matrix."""
     for rows, batch in ((2048, 16), (2048, 1), (257, 16), (1024, 3)):
-        for clusters in (True, False):
-            tall = _blocked.panel_config("float32", rows, batch, clusters)
-            assert tall.blocks == 1 and tall.sub > 0 and tall.threads * tall.rows >= rows
-    for rows, batch in ((2048, 17), (256, 16), (32, 1)):
-        assert _blocked.panel_config("float32", rows, batch, clusters=True).sub == 0
-    cluster = _blocked.panel_config("float32", 4096, 16, clusters=True)
-    assert cluster.blocks == _blocked.CLUSTER and cluster.threads * cluster.blocks == 4096
+        tall = _blocked.panel_config("float32", rows, batch, clusters=False)
+        assert tall.blocks == 1 and tall.sub > 0 and tall.threads * tall.rows >= rows
+    for rows, batch in ((2048, 32), (2048, 1), (257, 16), (1024, 3), (4096, 16)):
+        cluster = _blocked.panel_config("float32", rows, batch, clusters=True)
+        assert cluster.blocks == _blocked.CLUSTER and cluster.sub == 0
+        assert cluster.threads * cluster.blocks >= rows
+    assert _blocked.panel_config("float32", 4096, 16, clusters=True).threads * 8 == 4096
     assert _blocked.panel_config("float32", 8192, 1, clusters=True).blocks == _blocked.CLUSTER
-    for rows, batch, clusters in ((2048, 17, True), (256, 16, True), (2048, 16, False)):
-        assert _blocked.panel_config("float32", rows, batch, clusters).blocks == 1
+    for rows, batch, clusters in ((2048, 33, True), (256, 16, True), (2048, 17, False)):
+        config = _blocked.panel_config("float32", rows, batch, clusters)
+        assert config.blocks == 1 and config.sub == 0
     assert _blocked.supports("float64", 8192, 8192, 16, clusters=True)
     assert not _blocked.supports("float64", 8193, 8193, 16, clusters=True)
     assert _blocked.supports("float64", 2048, 2048, 16, clusters=False)

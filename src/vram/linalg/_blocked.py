@@ -12,13 +12,12 @@ panel by column panel [k0, k0 + jb):
 
 A block holds ``threads * rows`` rows of ``width`` columns (``panel_config``, by the rows
 left), so the panels of one matrix get wider as it shrinks. The tall panels of small
-batches (``TALL_FROM``) go to one block that holds a few of their columns at a time
-(``TALL_PANELS``, to ``TALL_MAX_ROWS`` rows); on sm_90 and later, taller ones
-(``CLUSTER_FROM``) to a cluster of ``CLUSTER`` blocks, which take up to
-``CLUSTER_MAX_ROWS`` rows. A matrix one panel covers
-(n <= m and n <= width) is factored by one launch, which reads the input where it lies (any strides)
-instead of a copy of it. No workspace, no pointer arrays: the factors, pivots and info are
-all the memory a call needs.
+batches go, on sm_90 and later, to a cluster of ``CLUSTER`` blocks (``CLUSTER_FROM``, to
+``CLUSTER_MAX_ROWS`` rows); on other devices to one block that holds a few of their
+columns at a time (``TALL_FROM``, ``TALL_PANELS``, to ``TALL_MAX_ROWS`` rows). A matrix
+one panel covers (n <= m and n <= width) is factored by one launch, which reads the input
+where it lies (any strides) instead of a copy of it. No workspace, no pointer arrays: the
+factors, pivots and info are all the memory a call needs.
 
 The solve is one launch: a block per (matrix, up to ``solve_tile`` right-hand sides), a
 thread per row (a thread per right-hand side for small matrices with many of them:
@@ -102,20 +101,25 @@ PANELS: dict[str, tuple[tuple[int, PanelConfig], ...]] = {
 MAX_ROWS = {dtype: table[-1][0] for dtype, table in PANELS.items()}
 
 # Panels held by a cluster of CLUSTER blocks (one matrix's panel over 8 multiprocessors, on
-# devices of compute capability 9.0 and later): the blocks offer their best rows through
-# distributed shared memory and meet at the cluster barrier once a column. For batches of
-# a few tall matrices, where a block per matrix would leave most of the GPU idle and take
-# thousands of rows alone. ``CLUSTER_FROM`` (largest batch, fewest rows), from an H100
-# (fp32 lu_factor, ms; one block a matrix / a cluster a matrix / 8 side streams):
+# devices of compute capability 9.0 and later): once a column each block sends its best
+# row to every block's shared memory (one bulk copy each, counted on the receiver's
+# mbarrier) and picks the best of what it got. For batches of a few tall matrices, where a
+# block per matrix would leave most of the GPU idle and take thousands of rows alone.
+# ``CLUSTER_FROM`` (largest batch, fewest rows), from an H100 (fp32 lu_factor, ms; a
+# cluster a matrix / tall panels / a block a matrix / 8 side streams; "-": cannot run):
 #
-#   1024 x 4    3.51 / 2.83 /  4.06      2048 x 2    8.92 /  6.29 /  6.30
-#   1024 x 16   4.35 / 3.76 / 11.3       2048 x 4   11.0  /  7.45 /  8.39
-#   1024 x 64   8.74 / 8.64 / 42.9       2048 x 16  23.2  / 15.7  / 24.0
-#    512 x 16   1.50 / 1.45 /  6.31      4096 x 4     -   / 30.0  / 23.4
-#    512 x 64   2.11 / 2.20 / 24.1
+#   1024 x 1    2.43 / 2.54 / 3.98 /   -        2048 x 1    5.18 /  5.42 /  -   /   -
+#   1024 x 4    2.61 / 2.71 / 3.95 /  4.12      2048 x 2    5.64 /  5.82 /  -   /  6.94
+#   1024 x 16   3.55 / 3.66 / 4.85 / 12.1       2048 x 4    6.76 /  7.05 /  -   /  8.97
+#   1024 x 32   5.29 / 6.47 / 6.40 / 22.8       2048 x 16  15.2  / 14.7  /  -   / 25.4
+#                                               2048 x 32  26.4  / 39.9  /  -   / 47.7
 #
-# Not for one matrix: a column costs a cluster barrier (0.7 us alone) and more, so one
-# 4096 x 4096 matrix took 16.5 ms over cluster panels, 12.7 with cuSOLVER's getrf.
+# (float64: 2048 x 4 9.11 / 9.71 / - / 11.8, 2048 x 16 21.0 / 20.5 / - / 33.0, 2048 x 32
+# 36.9 / - / - / 61.7.) At 4096 rows the side streams win for batches (4096 x 4: 28.0
+# against 26.2), and cuSOLVER's getrf for one matrix: 4096 x 4096 took 14.3 ms over
+# cluster panels (their kernels 8.1 ms; 10.6 when the blocks met at a cluster barrier
+# and read each other's offers), 13.0 with cuSOLVER. The double panel of 1024 threads
+# spills 36 bytes (ptxas -v, sm_90: 64 registers at most).
 CLUSTER = 8
 CLUSTER_PANELS: dict[str, tuple[tuple[int, PanelConfig], ...]] = {
     "float32": (
@@ -135,9 +139,10 @@ CLUSTER_MAX_ROWS = {dtype: table[-1][0] for dtype, table in CLUSTER_PANELS.items
 
 # Tall panels (``panel_tall``): one block holds ``sub`` columns of a 32-column panel in
 # registers at a time (a recursive getrf inside the panel, the rest of it in L2), at one
-# barrier a column (a cluster panel's barrier costs 0.7 us, a block's 0.03). For batches of
-# up to 16 matrices of 257 to 2048 rows (``TALL_FROM``), instead of cluster panels. From an
-# H100, fp32 lu_factor, ms (cluster panels / tall panels of the configurations below):
+# barrier a column. For batches of up to 16 matrices of 257 to 2048 rows (``TALL_FROM``)
+# on devices without clusters; on sm_90 cluster panels take them (see above: the table
+# below is from before their exchange of offers by bulk copies). From an H100, fp32
+# lu_factor, ms (cluster panels / tall panels of the configurations below):
 #
 #   1024 x 2    3.41 / 3.02      2048 x 2    6.62 /  6.05      2048 x 1   6.03 / 4.82
 #   1024 x 4    3.22 / 2.70      2048 x 4    7.64 /  6.83      4096 x 1  16.5  / 15.4
@@ -163,7 +168,7 @@ TALL_MAX_ROWS = {dtype: table[-1][0] for dtype, table in TALL_PANELS.items()}
 # (largest batch, fewest rows a tall panel takes)
 TALL_FROM: tuple[tuple[int, int], ...] = ((16, 257),)
 # (largest batch, fewest rows a cluster panel takes)
-CLUSTER_FROM: tuple[tuple[int, int], ...] = ((16, 257),)
+CLUSTER_FROM: tuple[tuple[int, int], ...] = ((32, 257),)
 SWAP_WIDTH = 32  # swap_trsm's widest panel
 SWAP_WARPS = 4  # its warps per block, each taking one column at a time
 SWAP_COLUMNS = 32  # its columns per block
@@ -226,13 +231,13 @@ def _table(
     dtype: str, rows: int, batch: int, clusters: bool
 ) -> tuple[tuple[tuple[int, PanelConfig], ...], int]:
     """(the panel table, the most rows it takes) for panels of ``rows`` rows of ``batch``
-    matrices: tall panels, where ``TALL_FROM`` takes them (to ``TALL_MAX_ROWS``); else
-    cluster panels, where the device has them and ``CLUSTER_FROM`` takes them; else a
-    block a matrix."""
-    if _takes(TALL_FROM, rows, batch) and rows <= TALL_MAX_ROWS[dtype]:
-        return TALL_PANELS[dtype], TALL_MAX_ROWS[dtype]
+    matrices: cluster panels, where the device has them and ``CLUSTER_FROM`` takes them;
+    else tall panels, where ``TALL_FROM`` takes them (to ``TALL_MAX_ROWS``); else a block
+    a matrix."""
     if clusters and _takes(CLUSTER_FROM, rows, batch):
         return CLUSTER_PANELS[dtype], CLUSTER_MAX_ROWS[dtype]
+    if _takes(TALL_FROM, rows, batch) and rows <= TALL_MAX_ROWS[dtype]:
+        return TALL_PANELS[dtype], TALL_MAX_ROWS[dtype]
     return PANELS[dtype], MAX_ROWS[dtype]
 
 

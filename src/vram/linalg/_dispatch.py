@@ -112,13 +112,13 @@ class Crossover:
 # (Before swap_trsm took a warp per column, blocked lost to cuBLAS at 256 x 256 and to the
 # side streams from 1023: the interchanges cost one memory latency each.)
 #
-# With cluster panels (``_blocked.CLUSTER_FROM``: batches of up to 16, on sm_90) blocked
-# also wins to 2048 (ms, blocked / streams 8, the run that set them): 2048 x 2 6.29 / 6.30,
-# 2048 x 4 7.45 / 8.39, 2048 x 16 15.7 / 24.0; at 4096 the side streams win again (4096 x 4
-# 30.0 / 23.4). Tall panels (``_blocked.TALL_FROM``, any device) now take those batches'
-# panels to 2048 rows, 8-16% faster than clusters (2048 x 16: 14.6 ms). Doubles past 1024
-# rows in batches of more than 16, and past 2048 rows on a device without clusters,
-# blocked cannot run: the side streams take them.
+# With cluster panels (``_blocked.CLUSTER_FROM``: batches of up to 32, on sm_90) blocked
+# also wins to 2048 (ms, blocked / streams 8, the H100 run of 2026-11-23 in _blocked): 2048 x 2
+# 5.64 / 6.94, 2048 x 4 6.76 / 8.97, 2048 x 16 15.2 / 25.4, 2048 x 32 26.4 / 47.7; at 4096
+# the side streams win again (4096 x 4 28.0 / 26.2). Without clusters, tall panels
+# (``_blocked.TALL_FROM``) take the panels of batches of up to 16 to 2048 rows. Doubles
+# past 1024 rows in batches of more than 32 (16 without clusters), and past 2048 rows on a
+# device without clusters, blocked cannot run: the side streams take them.
 _REAL_LU = Crossover(bands=((2048, "blocked"), (EVERY_N, "streams")))
 _COMPLEX = Crossover(bands=((512, "cublas"), (EVERY_N, "streams")))
 LU_CROSSOVERS: dict[str, Crossover] = {
