@@ -51,21 +51,6 @@ __device__ __forceinline__ bool beats(T key, i64 pos, T other_key, i64 other_pos
 
 constexpr i64 NONE = 0x7fffffffffffffffLL;  // the position of "no candidate"
 
-// The warp's best (key, place), left in every lane: a butterfly over that strict order.
-// ``LANES`` (a power of two): only the first LANES lanes offer, and only they get the best.
-template <int LANES = 32, typename T, typename P>
-__device__ __forceinline__ void warp_best(T& key, P& place) {
-#pragma unroll
-    for (int offset = LANES / 2; offset > 0; offset >>= 1) {
-        const T other_key = __shfl_xor_sync(0xffffffffu, key, offset);
-        const P other_place = __shfl_xor_sync(0xffffffffu, place, offset);
-        if (beats(other_key, (i64)other_place, key, (i64)place)) {
-            key = other_key;
-            place = other_place;
-        }
-    }
-}
-
 // The pivot search by warp reductions (redux.sync, sm_80 and later) instead of a
 // butterfly: a key's image is an unsigned integer in the key's order: -1 (no candidate)
 // -> 0, -0.5 (NaN) -> 1, a magnitude -> its bits + 2 (the bits of floats >= 0 order as the
@@ -111,6 +96,18 @@ template <typename T> __device__ __forceinline__ int pivot_place(T key, int plac
     u64 image = key_image(key);
     warp_pick<sizeof(T) == 8>(image, place);
     return place;
+}
+
+// The best of the offers (key, place) that lanes [0, count) hold (lanes past them: none),
+// found by ``pivot_place``: its place in every lane (NONE: no candidate anywhere), and the
+// lane that holds it (places are unique; the first lane when there is none).
+template <typename T>
+__device__ __forceinline__ int best_offer(T key, i64 place, int lane, int count, i64& best) {
+    const bool mine = lane < count && place != NONE;
+    const int found = pivot_place(mine ? key : T(-1), mine ? (int)place : 0x7fffffff);
+    best = found == 0x7fffffff ? NONE : found;
+    const unsigned holders = __ballot_sync(0xffffffffu, lane < count && place == best);
+    return holders ? __ffs((int)holders) - 1 : 0;
 }
 
 // row[c] for a runtime c, with every index known at compile time (row stays in registers)
@@ -255,18 +252,16 @@ __device__ __forceinline__ void load16(T (&u)[16 / sizeof(T)], const T* row) {
 // 1, launched with that cluster size; blockIdx.x / CLUSTER is the matrix), each block
 // THREADS threads of R rows: rows (rank * R + r) * THREADS + threadIdx.x of the panel.
 // A column: every warp offers its best row in its block's shared memory; after the block's
-// barrier the block's best is found (by every thread alike in a block alone; in a cluster
-// by warp 0, which sends it to every block's inbox, and every block then picks the best of
-// its inbox). Offers and inboxes alternate between two buffers by column parity: a block
+// barrier the block's best is found (by every warp alike in a block alone; in a cluster by
+// warp 0, which sends it to every block's inbox, and every warp then picks the best of the
+// inbox). Each search is two warp reductions (three for doubles: ``best_offer``), not a
+// butterfly of shuffles or a scan. Offers and inboxes alternate between two buffers by column parity: a block
 // sends column c + 1's offer only after it took every offer of column c, which every block
 // sent after it had read its inbox of column c - 1, so no offer lands on one still read.
 template <typename T, int CLUSTER, int THREADS, int R, int NB>
 __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
     constexpr int WARPS = THREADS / 32;
     static_assert(NB % (16 / sizeof(T)) == 0, "a row is read 16 bytes at a time");
-    // the lanes that take the warps' offers in a block of a cluster: a power of two
-    constexpr int OFFER_LANES = WARPS <= 1 ? 1 : WARPS <= 2 ? 2 : WARPS <= 4 ? 4 : WARPS <= 8 ? 8
-                              : WARPS <= 16 ? 16 : 32;
     __shared__ Offer<T, NB> offers[2][WARPS];  // each warp's, by column parity
     // a cluster's: every block's offer, and the mbarriers that count their bytes
     __shared__ Offer<T, NB> inbox[2][CLUSTER];
@@ -323,22 +318,29 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
                 }
             }
         }
-        warp_best(key, place);
-        // the warp's offer goes to shared memory: its row from the thread that holds it
-        bool wrote = lane == 0;
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (place != NONE && pos[r] == place) {
+        // the warp's offer (found by warp reductions) goes to shared memory from the thread
+        // that holds its row; lane 0 offers "none" for a warp without a candidate
+        const int found = pivot_place(key, place == NONE ? 0x7fffffff : (int)place);
+        bool wrote = false;
+        if (found == 0x7fffffff) {
+            if (lane == 0) {
+                offers[buf][warp].key = T(-1);
+                offers[buf][warp].place = NONE;
                 wrote = true;
-#pragma unroll
-                for (int j = 0; j < NB; ++j) {
-                    if (j >= c) offers[buf][warp].row[j] = a[r][j];
-                }
             }
-        }
-        if (lane == 0) {
+        } else if (place == found) {
+            wrote = true;
             offers[buf][warp].key = key;
             offers[buf][warp].place = place;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (pos[r] == place) {
+#pragma unroll
+                    for (int j = 0; j < NB; ++j) {
+                        if (j >= c) offers[buf][warp].row[j] = a[r][j];
+                    }
+                }
+            }
         }
         if constexpr (CLUSTER > 1) {
             if (wrote) fence_for_copies<CLUSTER>();
@@ -347,54 +349,29 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
         i64 p = NONE;
         const T* prow;
         if constexpr (CLUSTER == 1) {
-            // the block's best, found by every thread alike (a scan of the warps' offers)
-            T best = offers[buf][0].key;
-            p = offers[buf][0].place;
-            int w = 0;
-#pragma unroll
-            for (int v = 1; v < WARPS; ++v) {
-                const T other_key = offers[buf][v].key;
-                const i64 other_place = offers[buf][v].place;
-                if (beats(other_key, other_place, best, p)) {
-                    best = other_key;
-                    p = other_place;
-                    w = v;
-                }
-            }
-            prow = offers[buf][w].row;
+            // the block's best, found by every warp alike (lane v takes warp v's offer)
+            const T offered_key = lane < WARPS ? offers[buf][lane].key : T(-1);
+            const i64 offered_place = lane < WARPS ? offers[buf][lane].place : NONE;
+            prow = offers[buf][best_offer(offered_key, offered_place, lane, WARPS, p)].row;
         } else {
             // the block's best, found by warp 0, which sends it to every block's inbox
             if (warp == 0) {
                 const T offered_key = lane < WARPS ? offers[buf][lane].key : T(-1);
                 const i64 offered_place = lane < WARPS ? offers[buf][lane].place : NONE;
-                T best = offered_key;
-                i64 best_place = offered_place;
-                warp_best<OFFER_LANES>(best, best_place);
-                const unsigned holders =
-                    __ballot_sync(0xffffffffu, lane < WARPS && offered_place == best_place);
-                const Offer<T, NB>* offer = &offers[buf][__ffs(holders) - 1];
+                i64 best;
+                const int w = best_offer(offered_key, offered_place, lane, WARPS, best);
+                const Offer<T, NB>* offer = &offers[buf][w];
                 if (lane == 0) mbarrier_expect(&arrived[buf], CLUSTER * sizeof(Offer<T, NB>));
                 if (lane < CLUSTER) {
                     send(in_block(&inbox[buf][rank], lane), offer, sizeof(Offer<T, NB>),
                          in_block(&arrived[buf], lane));
                 }
             }
-            // the cluster's best, found by every thread alike (a scan of the inbox)
+            // the cluster's best, found by every warp alike (lane v takes block v's offer)
             mbarrier_wait(&arrived[buf], (unsigned)(c >> 1) & 1u);
-            T best = inbox[buf][0].key;
-            p = inbox[buf][0].place;
-            int from = 0;
-#pragma unroll
-            for (int v = 1; v < CLUSTER; ++v) {
-                const T other_key = inbox[buf][v].key;
-                const i64 other_place = inbox[buf][v].place;
-                if (beats(other_key, other_place, best, p)) {
-                    best = other_key;
-                    p = other_place;
-                    from = v;
-                }
-            }
-            prow = inbox[buf][from].row;
+            const T sent_key = lane < CLUSTER ? inbox[buf][lane].key : T(-1);
+            const i64 sent_place = lane < CLUSTER ? inbox[buf][lane].place : NONE;
+            prow = inbox[buf][best_offer(sent_key, sent_place, lane, CLUSTER, p)].row;
         }
         const T d = prow[c];
         interchange(pos, c, p);
