@@ -43,8 +43,8 @@ def test_the_blocked_lu_kernels_compile():
         pytest.skip(f"NVRTC cannot be loaded: {exc}")
     names = lu_kernel_names()
     # block panels (7 float, 6 double), cluster panels (4 each), tall panels (2 each);
-    # swap_trsm, 2 getrs, getrs_columns and 2 getrs_warp each
-    assert len(names) == 7 + 6 + 2 * 4 + 2 * 2 + 2 * (1 + 2 + 1 + 2)
+    # swap_trsm's 2 tiles, 2 getrs, getrs_columns and 2 getrs_warp each
+    assert len(names) == 7 + 6 + 2 * 4 + 2 * 2 + 2 * (2 + 2 + 1 + 2)
     panels = [name for name in names if "panel" in name]
     chosen = [name for name in names if "panel" not in name]
     chosen += ["vram_lu::panel_warp<float>", "vram_lu::panel<double, 1, 256, 2, 32>"]

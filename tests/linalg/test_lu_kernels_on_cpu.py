@@ -64,9 +64,10 @@ class CpuLibs:
     """``_blocked``'s steps on host memory: the kernels through the emulation, the GEMM in
     NumPy (cuBLAS's part on a GPU). ``lu`` is the one array the factors live in."""
 
-    def __init__(self, kernels, lu: np.ndarray | None = None) -> None:
+    def __init__(self, kernels, lu: np.ndarray | None = None, multiprocessors: int = 132) -> None:
         self.kernels = kernels
         self.lu = lu
+        self.multiprocessors = multiprocessors  # (an H100's): picks swap_trsm's tiles
 
     def lu_panel(self, s, dtype, config, lu, stride, m, batch, source, k0, jb, pivots, k, info,
                  pivot):  # fmt: skip
@@ -82,9 +83,10 @@ class CpuLibs:
 
     def lu_swap_trsm(self, s, dtype, lu, stride, m, n, batch, k0, jb, pivots, k, pivot):
         args = _SWAP_ARGS.pack(lu, stride, pivots, k, m, n, k0, jb, int(pivot))
-        tiles = -(-(n - jb) // _blocked.SWAP_COLUMNS)
+        warps, columns = _blocked.swap_tile(batch, n - jb, self.multiprocessors)
+        tiles = -(-(n - jb) // columns)
         done = self.kernels.emu_swap_trsm(
-            CODES[dtype], _blocked.SWAP_WIDTH, _blocked.SWAP_WARPS, _blocked.SWAP_COLUMNS,
+            CODES[dtype], _blocked.SWAP_WIDTH, warps, columns,
             ctypes.c_longlong(batch), ctypes.c_longlong(tiles), ctypes.c_char_p(args),
         )  # fmt: skip
         assert done == 0
@@ -163,12 +165,14 @@ def test_factors_match_lapack(kernels, monkeypatch, table, shape):
     np.testing.assert_allclose(lu, want_lu, rtol=1e-11, atol=1e-11)
 
 
+@pytest.mark.parametrize("multiprocessors", [1, 132], ids=["wide tiles", "narrow tiles"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_swap_trsm_composes_repeated_interchanges(kernels, dtype):
+def test_swap_trsm_composes_repeated_interchanges(kernels, dtype, multiprocessors):
     """One swap_trsm step alone (panel rows 20..51 of 80 x 110 matrices, columns left and
-    right of it, three tiles) with interchanges LAPACK allows but random matrices rarely
-    make: one row below the panel taken again and again, and a mix of rows inside the panel,
-    rows below it and no interchange: the same as applying them one by one, then L11^-1."""
+    right of it, three wide tiles or ten narrow ones) with interchanges LAPACK allows but
+    random matrices rarely make: one row below the panel taken again and again, and a mix of
+    rows inside the panel, rows below it and no interchange: the same as applying them one
+    by one, then L11^-1."""
     batch, m, n, k0, jb = 3, 80, 110, 20, 32
     k = min(m, n)
     rng = np.random.default_rng(5)
@@ -180,7 +184,11 @@ def test_swap_trsm_composes_repeated_interchanges(kernels, dtype):
     ipiv[1, k0 : k0 + jb] = rng.integers(panel, m) + 1  # anywhere at or below
     ipiv[2, k0 : k0 + jb] = np.where(panel % 3 == 0, panel + 1, rng.integers(panel, k0 + jb) + 1)
     lu = np.ascontiguousarray(np.swapaxes(a, 1, 2)).astype(dtype)  # column-major
-    libs = CpuLibs(kernels, lu)
+    libs = CpuLibs(kernels, lu, multiprocessors)
+    assert (
+        _blocked.swap_tile(batch, n - jb, multiprocessors)
+        == _blocked.SWAP_TILES[0 if multiprocessors == 1 else 1]
+    )
     libs.lu_swap_trsm(None, dtype, lu.ctypes.data, m * n, m, n, batch, k0, jb,
                       ipiv.ctypes.data, k, True)  # fmt: skip
 

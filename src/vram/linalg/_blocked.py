@@ -45,8 +45,8 @@ __all__ = [
     "TALL_MAX_ROWS",
     "TALL_FROM",
     "SWAP_WIDTH",
-    "SWAP_WARPS",
-    "SWAP_COLUMNS",
+    "SWAP_TILES",
+    "swap_tile",
     "SOLVE_MAX_N",
     "SOLVE_RHS",
     "solve_tile",
@@ -170,8 +170,27 @@ TALL_FROM: tuple[tuple[int, int], ...] = ((16, 257),)
 # (largest batch, fewest rows a cluster panel takes)
 CLUSTER_FROM: tuple[tuple[int, int], ...] = ((32, 257),)
 SWAP_WIDTH = 32  # swap_trsm's widest panel
-SWAP_WARPS = 4  # its warps per block, each taking one column at a time
-SWAP_COLUMNS = 32  # its columns per block
+# swap_trsm's blocks, (warps, columns a block), a warp taking one column at a time: wide
+# tiles where the launch fills the GPU (a block composes the panel's interchanges once, so
+# fewer blocks do less of that), narrow ones where wide tiles would leave multiprocessors
+# idle (a few matrices). From an H100, fp32 lu_factor, ms of swap_trsm a call, 4 x 32 /
+# 8 x 8 (4 x 16 / 8 x 16 fell between them):
+#
+#   4096 x 1    2.03 / 1.29       1024 x 16   0.648 / 0.828     256 x 256   0.243 / 0.594
+#   2048 x 1    0.886 / 0.417     2048 x 16   3.50 / 3.61       128 x 1024  0.171 / 0.459
+#
+# (4096 x 1: lu_factor 13.5 ms with wide tiles, 12.7 with narrow ones.)
+SWAP_TILES = ((4, 32), (8, 8))  # wide, narrow
+
+
+def swap_tile(batch: int, columns: int, multiprocessors: int) -> tuple[int, int]:
+    """(warps, columns) of swap_trsm's blocks for ``columns`` columns outside the panel in
+    each of ``batch`` matrices: narrow where wide tiles would make fewer blocks than two a
+    multiprocessor."""
+    wide, narrow = SWAP_TILES
+    return narrow if batch * -(-columns // wide[1]) < 2 * multiprocessors else wide
+
+
 SOLVE_MAX_N = 1024  # the solve's one thread per row
 # right-hand sides per block: 1 when there is one, else 8 (kernels/lu.cu: a block may have
 # 1024 threads, so 64 registers; sixteen doubles would spill). A wide tile of 32 (floats)

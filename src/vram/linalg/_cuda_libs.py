@@ -23,8 +23,7 @@ from ._blocked import (
     CLUSTER_PANELS,
     PANELS,
     SOLVE_RHS,
-    SWAP_COLUMNS,
-    SWAP_WARPS,
+    SWAP_TILES,
     SWAP_WIDTH,
     TALL_PANELS,
     PanelConfig,
@@ -32,6 +31,7 @@ from ._blocked import (
     solve_columns,
     solve_tile,
     solve_warp,
+    swap_tile,
 )
 
 __all__ = ["CudaLibs", "kernel_names", "lu_kernel_names", "KERNEL_SOURCE", "LU_SOURCE"]
@@ -89,8 +89,8 @@ def _panel_name(dtype: str, config: PanelConfig) -> str:
 
 
 @cache
-def _swap_name(dtype: str) -> str:
-    return f"swap_trsm<{_LU_TYPES[dtype]}, {SWAP_WIDTH}, {SWAP_WARPS}, {SWAP_COLUMNS}>"
+def _swap_name(dtype: str, warps: int, columns: int) -> str:
+    return f"swap_trsm<{_LU_TYPES[dtype]}, {SWAP_WIDTH}, {warps}, {columns}>"
 
 
 @cache
@@ -114,7 +114,7 @@ def lu_kernel_names() -> list[str]:
     for dtype, table in PANELS.items():
         panels = table + CLUSTER_PANELS[dtype] + TALL_PANELS[dtype]
         names += [_LU_NS + _panel_name(dtype, config) for _, config in panels]
-        names.append(_LU_NS + _swap_name(dtype))
+        names += [_LU_NS + _swap_name(dtype, *tile) for tile in SWAP_TILES]
         names += [_LU_NS + _solve_name(dtype, rhs) for rhs in (1, SOLVE_RHS)]
         names.append(_LU_NS + _solve_columns_name(dtype))
         names += [_LU_NS + _solve_warp_name(dtype, rhs) for rhs in (1, SOLVE_RHS)]
@@ -379,8 +379,11 @@ class CudaLibs:
         pivot: bool,
     ) -> None:
         args = _SWAP_ARGS.pack(lu, stride, pivots, k, m, n, k0, jb, int(pivot))
-        tiles = -(-(n - jb) // SWAP_COLUMNS)
-        self._lu_launch(s, _swap_name(dtype), (batch, tiles), 32 * SWAP_WARPS, args)
+        index = s.device.index
+        multiprocessors = s.device.driver.properties(index).multi_processor_count
+        warps, columns = swap_tile(batch, n - jb, multiprocessors)
+        tiles = -(-(n - jb) // columns)
+        self._lu_launch(s, _swap_name(dtype, warps, columns), (batch, tiles), 32 * warps, args)
 
     def lu_update_context(self, s: Stream, dtype: str) -> tuple:
         """The cuBLAS handle on ``s`` in full precision (no TF32), and -1 and 1 as ``dtype``

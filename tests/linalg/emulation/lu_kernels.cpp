@@ -61,12 +61,21 @@ extern "C" int emu_panel(int dtype, int threads, int rows, int width, int sub, l
 
 extern "C" int emu_swap_trsm(int dtype, int width, int warps, int cols, long long batch,
                              long long tiles, const SwapArgs* args) {
-    if (width != 32 || warps != 4 || cols != 32) return -1;
-    dim3 grid{(unsigned)batch, (unsigned)tiles, 1};
-    if (dtype == 0)
-        launch(grid, dim3{128, 1, 1}, [&] { swap_trsm<float, 32, 4, 32>(*args); });
-    else
-        launch(grid, dim3{128, 1, 1}, [&] { swap_trsm<double, 32, 4, 32>(*args); });
+    dim3 grid{(unsigned)batch, (unsigned)tiles, 1}, block{(unsigned)(32 * warps), 1, 1};
+    if (width != 32) return -1;
+    if (warps == 4 && cols == 32) {
+        if (dtype == 0)
+            launch(grid, block, [&] { swap_trsm<float, 32, 4, 32>(*args); });
+        else
+            launch(grid, block, [&] { swap_trsm<double, 32, 4, 32>(*args); });
+    } else if (warps == 8 && cols == 8) {
+        if (dtype == 0)
+            launch(grid, block, [&] { swap_trsm<float, 32, 8, 8>(*args); });
+        else
+            launch(grid, block, [&] { swap_trsm<double, 32, 8, 8>(*args); });
+    } else {
+        return -1;
+    }
     return 0;
 }
 
