@@ -215,9 +215,11 @@ def disable_blocked(reason: str) -> None:
     _Blocked.reason = reason
     for table in (_dispatch.LU_CROSSOVERS, _dispatch.SOLVE_CROSSOVERS):
         for dtype, crossover in table.items():
-            bands = tuple((most, "streams" if way == "blocked" else way)
-                          for most, way in crossover.bands)  # fmt: skip
-            table[dtype] = dataclasses.replace(crossover, bands=bands)
+            bands, single = (
+                tuple((most, "streams" if way == "blocked" else way) for most, way in ways)
+                for ways in (crossover.bands, crossover.single_bands)
+            )
+            table[dtype] = dataclasses.replace(crossover, bands=bands, single_bands=single)
 
 
 def blocked_supports(device: vram.Device, n: int, batch: int) -> bool:

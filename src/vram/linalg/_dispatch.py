@@ -11,7 +11,8 @@ Four ways to run a batch (the same on a GPU and on the simulated GPU):
   whole batch; square matrices only. Wins for the complex types (which have no blocked LU)
   to 512.
 - ``"cusolver"``: cuSOLVER's routine (getrf / getrs) for each matrix in turn on the current
-  stream, with ONE workspace (queried once) for the whole batch. Wins for one matrix.
+  stream, with ONE workspace (queried once) for the whole batch. Wins for one matrix (but
+  float32's from 1025 to 4096 rows, which blocked takes).
 - ``"streams"``: the same cuSOLVER calls spread round robin over side streams, each with
   its own workspace, joined to the current stream by events. Wins for batches of large
   matrices (from 2049; complex from 513), where one matrix leaves most of the GPU idle.
@@ -58,13 +59,14 @@ EVERY_N = 1 << 62  # the last band's bound: every size
 class Crossover:
     """Which way runs a call, for one dtype: for a batch of two or more, the first of
     ``bands`` (largest n, way) whose n is at least max(m, n) of the matrices; for one
-    matrix, ``single``. A way that cannot run the call (cuBLAS: not square; blocked: a
-    complex dtype, or more rows than its panels take on this device) gives way to
-    cuSOLVER: over ``streams`` side streams for batches of ``streams_min_batch`` or more,
-    else on the current stream."""
+    matrix, the first such of ``single_bands``, else ``single``. A way that cannot run the
+    call (cuBLAS: not square; blocked: a complex dtype, or more rows than its panels take on
+    this device) gives way to cuSOLVER: over ``streams`` side streams for batches of
+    ``streams_min_batch`` or more, else on the current stream."""
 
     bands: tuple[tuple[int, str], ...]
     single: str = "cusolver"
+    single_bands: tuple[tuple[int, str], ...] = ()
     streams: int = 8  # side streams for the spread (fewer when the batch is smaller)
     streams_min_batch: int = 2
     getrf_algo: int | None = None  # cuSOLVER getrf: None the legacy API, 0/1 Xgetrf's ALG_0/1
@@ -72,6 +74,9 @@ class Crossover:
     def way(self, size: int, batch: int) -> str:
         """The table's way for matrices of ``size`` = max(m, n) in a batch of ``batch``."""
         if batch < 2:
+            for most, way in self.single_bands:
+                if size <= most:
+                    return way
             return self.single
         for most, way in self.bands:
             if size <= most:
@@ -113,17 +118,22 @@ class Crossover:
 # side streams from 1023: the interchanges cost one memory latency each.)
 #
 # With cluster panels (``_blocked.CLUSTER_FROM``: batches of up to 32, on sm_90) blocked
-# also wins to 2048 (ms, blocked / streams 8, the H100 run of 2026-11-23 in _blocked): 2048 x 2
-# 5.64 / 6.94, 2048 x 4 6.76 / 8.97, 2048 x 16 15.2 / 25.4, 2048 x 32 26.4 / 47.7; at 4096
-# the side streams win again (4096 x 4 28.0 / 26.2). Without clusters, tall panels
+# also wins to 2048 (ms, blocked / streams 8, the H100 run of 2026-11-23 in _blocked):
+# 2048 x 2 5.64 / 6.94, 2048 x 4 6.76 / 8.97, 2048 x 16 15.2 / 25.4, 2048 x 32 26.4 / 47.7;
+# at 4096 the side streams win again (4096 x 4 28.0 / 26.2). Without clusters, tall panels
 # (``_blocked.TALL_FROM``) take the panels of batches of up to 16 to 2048 rows. Doubles
 # past 1024 rows in batches of more than 32 (16 without clusters), and past 2048 rows on a
 # device without clusters, blocked cannot run: the side streams take them.
-_REAL_LU = Crossover(bands=((2048, "blocked"), (EVERY_N, "streams")))
+#
+# One matrix: cuSOLVER, except float32 from 1025 to 4096 rows: vram's panels over a cluster
+# and swap_trsm's narrow tiles (2026-11-23, ms, blocked / cuSOLVER): 2048 x 1 4.40 / 5.07,
+# 4096 x 1 12.7 / 12.8 (1024 x 1, before the panels' warp reductions: 2.43 / 2.48). Doubles
+# lose at 4096 (19.5 / 14.6 before them) and about tie at 2048 (6.04 / 6.23): cuSOLVER.
+_REAL_BANDS = ((2048, "blocked"), (EVERY_N, "streams"))
 _COMPLEX = Crossover(bands=((512, "cublas"), (EVERY_N, "streams")))
 LU_CROSSOVERS: dict[str, Crossover] = {
-    "float32": _REAL_LU,
-    "float64": _REAL_LU,
+    "float32": Crossover(bands=_REAL_BANDS, single_bands=((1024, "cusolver"), (4096, "blocked"))),
+    "float64": Crossover(bands=_REAL_BANDS),
     "complex64": _COMPLEX,
     "complex128": _COMPLEX,
 }
