@@ -116,10 +116,12 @@ MAX_ROWS = {dtype: table[-1][0] for dtype, table in PANELS.items()}
 #
 # (float64: 2048 x 4 9.11 / 9.71 / - / 11.8, 2048 x 16 21.0 / 20.5 / - / 33.0, 2048 x 32
 # 36.9 / - / - / 61.7.) At 4096 rows the side streams win for batches (4096 x 4: 28.0
-# against 26.2), and cuSOLVER's getrf for one matrix: 4096 x 4096 took 14.3 ms over
-# cluster panels (their kernels 8.1 ms; 10.6 when the blocks met at a cluster barrier
-# and read each other's offers), 13.0 with cuSOLVER. The double panel of 1024 threads
-# spills 36 bytes (ptxas -v, sm_90: 64 registers at most).
+# against 26.2). One 4096 x 4096 matrix took 14.3 ms over cluster panels (their kernels
+# 8.1 ms; 10.6 when the blocks met at a cluster barrier and read each other's offers),
+# then 13.0 (kernels 7.7 ms) with warp reductions for the pivot searches and swap_trsm's
+# narrow tiles, as long as cuSOLVER's getrf (see _dispatch's Note [LU crossovers]).
+# ptxas -v on sm_90: no spills (the double panel of 1024 threads spilled 36 bytes before
+# the warp reductions).
 CLUSTER = 8
 CLUSTER_PANELS: dict[str, tuple[tuple[int, PanelConfig], ...]] = {
     "float32": (
