@@ -255,9 +255,10 @@ __device__ __forceinline__ void load16(T (&u)[16 / sizeof(T)], const T* row) {
 // barrier the block's best is found (by every warp alike in a block alone; in a cluster by
 // warp 0, which sends it to every block's inbox, and every warp then picks the best of the
 // inbox). Each search is two warp reductions (three for doubles: ``best_offer``), not a
-// butterfly of shuffles or a scan. Offers and inboxes alternate between two buffers by column parity: a block
-// sends column c + 1's offer only after it took every offer of column c, which every block
-// sent after it had read its inbox of column c - 1, so no offer lands on one still read.
+// butterfly of shuffles or a scan. Offers and inboxes alternate between two buffers by
+// column parity: a block sends column c + 1's offer only after it took every offer of
+// column c, which every block sent after it had read its inbox of column c - 1, so no
+// offer lands on one still read.
 template <typename T, int CLUSTER, int THREADS, int R, int NB>
 __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
     constexpr int WARPS = THREADS / 32;
