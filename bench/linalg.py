@@ -217,9 +217,9 @@ def disable_blocked(reason: str) -> None:
         for dtype, crossover in table.items():
             bands, single = (
                 tuple((most, "streams" if way == "blocked" else way) for most, way in ways)
-                for ways in (crossover.bands, crossover.single_bands)
+                for ways in (crossover.bands, crossover.single)
             )
-            table[dtype] = dataclasses.replace(crossover, bands=bands, single_bands=single)
+            table[dtype] = dataclasses.replace(crossover, bands=bands, single=single)
 
 
 def blocked_supports(device: vram.Device, n: int, batch: int) -> bool:

@@ -59,29 +59,24 @@ EVERY_N = 1 << 62  # the last band's bound: every size
 class Crossover:
     """Which way runs a call, for one dtype: for a batch of two or more, the first of
     ``bands`` (largest n, way) whose n is at least max(m, n) of the matrices; for one
-    matrix, the first such of ``single_bands``, else ``single``. A way that cannot run the
+    matrix, the first such of ``single``. A way that cannot run the
     call (cuBLAS: not square; blocked: a complex dtype, or more rows than its panels take on
     this device) gives way to cuSOLVER: over ``streams`` side streams for batches of
     ``streams_min_batch`` or more, else on the current stream."""
 
     bands: tuple[tuple[int, str], ...]
-    single: str = "cusolver"
-    single_bands: tuple[tuple[int, str], ...] = ()
+    single: tuple[tuple[int, str], ...] = ((EVERY_N, "cusolver"),)
     streams: int = 8  # side streams for the spread (fewer when the batch is smaller)
     streams_min_batch: int = 2
     getrf_algo: int | None = None  # cuSOLVER getrf: None the legacy API, 0/1 Xgetrf's ALG_0/1
 
     def way(self, size: int, batch: int) -> str:
         """The table's way for matrices of ``size`` = max(m, n) in a batch of ``batch``."""
-        if batch < 2:
-            for most, way in self.single_bands:
-                if size <= most:
-                    return way
-            return self.single
-        for most, way in self.bands:
+        bands = self.bands if batch >= 2 else self.single
+        for most, way in bands:
             if size <= most:
                 return way
-        return self.bands[-1][1]
+        return bands[-1][1]
 
 
 # Note [LU crossovers]: fp32 lu_factor on an H100, ms per call (lower wins), from the run
@@ -132,7 +127,10 @@ class Crossover:
 _REAL_BANDS = ((2048, "blocked"), (EVERY_N, "streams"))
 _COMPLEX = Crossover(bands=((512, "cublas"), (EVERY_N, "streams")))
 LU_CROSSOVERS: dict[str, Crossover] = {
-    "float32": Crossover(bands=_REAL_BANDS, single_bands=((1024, "cusolver"), (4096, "blocked"))),
+    "float32": Crossover(
+        bands=_REAL_BANDS,
+        single=((1024, "cusolver"), (4096, "blocked"), (EVERY_N, "cusolver")),
+    ),
     "float64": Crossover(bands=_REAL_BANDS),
     "complex64": _COMPLEX,
     "complex128": _COMPLEX,
