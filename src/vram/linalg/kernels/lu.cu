@@ -252,13 +252,12 @@ __device__ __forceinline__ void load16(T (&u)[16 / sizeof(T)], const T* row) {
 // 1, launched with that cluster size; blockIdx.x / CLUSTER is the matrix), each block
 // THREADS threads of R rows: rows (rank * R + r) * THREADS + threadIdx.x of the panel.
 // A column: every warp offers its best row in its block's shared memory; after the block's
-// barrier the block's best is found (by every warp alike in a block alone; in a cluster by
-// warp 0, which sends it to every block's inbox, and every warp then picks the best of the
-// inbox). Each search is two warp reductions (three for doubles: ``best_offer``), not a
-// butterfly of shuffles or a scan. Offers and inboxes alternate between two buffers by
-// column parity: a block sends column c + 1's offer only after it took every offer of
-// column c, which every block sent after it had read its inbox of column c - 1, so no
-// offer lands on one still read.
+// barrier every warp finds the block's best alike (in a cluster, warp 0 then sends it to
+// every block's inbox, and every warp picks the best of the inbox). Each search is two
+// warp reductions (three for doubles: ``best_offer``), not a butterfly of shuffles or a
+// scan. Offers and inboxes alternate between two buffers by column parity: a block sends
+// column c + 1's offer only after it took every offer of column c, which every block sent
+// after it had read its inbox of column c - 1, so no offer lands on one still read.
 template <typename T, int CLUSTER, int THREADS, int R, int NB>
 __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
     constexpr int WARPS = THREADS / 32;
@@ -347,24 +346,19 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
             if (wrote) fence_for_copies<CLUSTER>();
         }
         __syncthreads();
+        // the block's best, found by every warp alike (lane v takes warp v's offer)
+        const T offered_key = lane < WARPS ? offers[buf][lane].key : T(-1);
+        const i64 offered_place = lane < WARPS ? offers[buf][lane].place : NONE;
         i64 p = NONE;
-        const T* prow;
-        if constexpr (CLUSTER == 1) {
-            // the block's best, found by every warp alike (lane v takes warp v's offer)
-            const T offered_key = lane < WARPS ? offers[buf][lane].key : T(-1);
-            const i64 offered_place = lane < WARPS ? offers[buf][lane].place : NONE;
-            prow = offers[buf][best_offer(offered_key, offered_place, lane, WARPS, p)].row;
-        } else {
-            // the block's best, found by warp 0, which sends it to every block's inbox
+        const Offer<T, NB>* best = &offers[buf][best_offer(offered_key, offered_place, lane,
+                                                           WARPS, p)];
+        const T* prow = best->row;
+        if constexpr (CLUSTER > 1) {
+            // warp 0 sends the block's best to every block's inbox
             if (warp == 0) {
-                const T offered_key = lane < WARPS ? offers[buf][lane].key : T(-1);
-                const i64 offered_place = lane < WARPS ? offers[buf][lane].place : NONE;
-                i64 best;
-                const int w = best_offer(offered_key, offered_place, lane, WARPS, best);
-                const Offer<T, NB>* offer = &offers[buf][w];
                 if (lane == 0) mbarrier_expect(&arrived[buf], CLUSTER * sizeof(Offer<T, NB>));
                 if (lane < CLUSTER) {
-                    send(in_block(&inbox[buf][rank], lane), offer, sizeof(Offer<T, NB>),
+                    send(in_block(&inbox[buf][rank], lane), best, sizeof(Offer<T, NB>),
                          in_block(&arrived[buf], lane));
                 }
             }
