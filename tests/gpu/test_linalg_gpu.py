@@ -17,7 +17,7 @@ import pytest
 
 import vram
 from vram.driver import cuda_usable
-from vram.linalg import LinAlgError, _blocked, _dispatch, _lu, _solve
+from vram.linalg import LinAlgError, _blocked, _dispatch, _lu, _replay, _solve
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_usable(), reason="no CUDA GPU")]
 
@@ -228,16 +228,17 @@ def test_blocked_lu_and_solve_match_pytorch(monkeypatch, dt, n, panels):
 
 
 def reconstructs(LU: vram.Tensor, pivots: vram.Tensor, a: np.ndarray, atol: float) -> None:
-    """P L U == A for each matrix of ``a`` (n x n; pivots may differ from another library's
+    """P L U == A for each matrix of ``a`` (m x n; pivots may differ from another library's
     on near ties, the product may not)."""
-    n = a.shape[-1]
-    lu, piv = LU.numpy().reshape(-1, n, n), pivots.numpy().reshape(-1, n)
-    for i, matrix in enumerate(a.reshape(-1, n, n)):
-        lower = np.tril(lu[i], -1) + np.eye(n)
-        product = lower.astype(np.float64) @ np.triu(lu[i]).astype(np.float64)
-        for k in range(n - 1, -1, -1):
-            p = piv[i, k] - 1
-            product[[k, p]] = product[[p, k]]
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    lu, piv = LU.numpy().reshape(-1, m, n), pivots.numpy().reshape(-1, k)
+    for i, matrix in enumerate(a.reshape(-1, m, n)):
+        lower = np.tril(lu[i][:, :k], -1) + np.eye(m, k)
+        product = lower.astype(np.float64) @ np.triu(lu[i][:k]).astype(np.float64)
+        for j in range(k - 1, -1, -1):
+            p = piv[i, j] - 1
+            product[[j, p]] = product[[p, j]]
         np.testing.assert_allclose(product, matrix, atol=atol)
 
 
@@ -269,6 +270,44 @@ def test_one_matrix_panels_match_pytorch(monkeypatch, dt, n, panels):
         LU, pivots, info = vram.linalg.lu_factor_ex(vram.tensor(raw, device=CUDA))
         assert int(info.item()) == 0
         reconstructs(LU, pivots, raw, atol=(2e-3 if dt == vram.float32 else 1e-9) * np.sqrt(n))
+
+
+@pytest.mark.parametrize("panels", ["tall", "clusters", "blocks"])
+@pytest.mark.parametrize("shape", [(700, 700), (3, 300, 300), (520, 200), (200, 520)], ids=str)
+@pytest.mark.parametrize("dt", [vram.float32, vram.float64], ids=["float32", "float64"])
+def test_look_ahead_and_its_replays_match_pytorch(monkeypatch, dt, shape, panels):
+    """The look-ahead (``_blocked.factor``'s ``ahead``: each next panel on a stream of its
+    own, updated by the panel kernel itself where it can) for every shape it may take, over
+    cluster, tall and block panels; the same call three times: queued directly, captured
+    into a graph and launched, the graph launched again (``_replay``), each the same bits,
+    P L U = A."""
+    monkeypatch.setattr(_blocked, "AHEAD_FROM", ((4, 1),))
+    if panels != "clusters":
+        monkeypatch.setattr(_blocked, "CLUSTER_FROM", ())
+    if panels == "blocks":
+        monkeypatch.setattr(_blocked, "TALL_FROM", ())
+    a = random(shape, dt, seed=sum(shape))
+    A, T = on_both(a)
+
+    def factors() -> tuple[np.ndarray, ...]:
+        # (the tensors are dropped on return: the next call's take their memory, the same key)
+        return tuple(t.numpy() for t in vram.linalg.lu_factor_ex(A))
+
+    before = _replay.replay_stats()
+    with _dispatch.forced("blocked"):
+        runs = [factors() for _ in range(3)]
+    after = _replay.replay_stats()
+    grown = {name: after[name] - before[name] for name in ("captured", "replayed")}
+    assert grown == {"captured": 1, "replayed": 2}
+    for lu, piv, info in runs[1:]:
+        np.testing.assert_array_equal(lu, runs[0][0])
+        np.testing.assert_array_equal(piv, runs[0][1])
+        np.testing.assert_array_equal(info, runs[0][2])
+    want = torch.linalg.lu_factor_ex(T)
+    lu, piv, info = runs[0]
+    np.testing.assert_array_equal(info, want.info.cpu().numpy())
+    tol = (2e-3 if dt == vram.float32 else 1e-9) * np.sqrt(max(shape))
+    reconstructs(vram.tensor(lu, device=CUDA), vram.tensor(piv, device=CUDA), a, atol=tol)
 
 
 @pytest.mark.parametrize("panels", ["tall", "clusters"])

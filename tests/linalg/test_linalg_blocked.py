@@ -10,7 +10,7 @@ from linalg_helpers import close, random
 from test_linalg_sim import expected_pivots, reconstruct
 
 import vram
-from vram.linalg import _blocked, _dispatch
+from vram.linalg import _blocked, _dispatch, _replay
 
 
 @pytest.fixture
@@ -119,3 +119,54 @@ def test_batch_stride_is_the_one_stride_between_matrices(sim0):
     assert batch_stride(base[0, 0].expand(7, 4, 5)) == 0
     assert batch_stride(base[:, :1].expand(2, 3, 4, 5)) is None
     assert batch_stride(base.reshape(1, 6, 4, 5)) == 20
+
+
+@pytest.mark.parametrize("shape", [(130, 130), (2, 100, 70), (70, 100)], ids=str)
+@pytest.mark.parametrize("dt", [vram.float32, vram.float64], ids=["float32", "float64"])
+def test_look_ahead_is_queued_then_captured_then_replayed(sim0, blocked, monkeypatch, shape, dt):
+    """The look-ahead (the next panel on a stream of its own, updated by its own kernel)
+    gives LAPACK's factors; the same call three times is queued directly, captured into a
+    graph and launched, then launched again: the same bits each time."""
+    monkeypatch.setattr(_blocked, "AHEAD_FROM", ((4, 40),))
+    a = random(shape, dt, seed=sum(shape))
+    A = vram.tensor(a, device=sim0)
+    before = _replay.replay_stats()
+    runs = []
+    for _ in range(3):
+        LU, pivots, info = vram.linalg.lu_factor_ex(A)
+        runs.append((LU.numpy(), pivots.numpy(), info.numpy()))
+        del LU, pivots, info  # (the next call's tensors take their memory: the same key)
+    after = _replay.replay_stats()
+    assert after["captured"] - before["captured"] == 1
+    assert after["replayed"] - before["replayed"] == 2
+    for got in runs[1:]:
+        for value, first in zip(got, runs[0], strict=True):
+            np.testing.assert_array_equal(value, first)
+    lu, pivots, info = runs[0]
+    np.testing.assert_array_equal(pivots, expected_pivots(a))
+    np.testing.assert_array_equal(info, 0)
+    m, n = shape[-2:]
+    factors, rows = lu.reshape(-1, m, n), pivots.reshape(-1, min(m, n))
+    for i, matrix in enumerate(a.reshape(-1, m, n)):
+        close(reconstruct(factors[i], rows[i]), matrix, dt)
+
+
+def test_look_ahead_in_a_user_graph_is_part_of_it(sim0, blocked, monkeypatch):
+    """Inside a capture of the caller's, the look-ahead is queued, not replayed: the caller's
+    graph takes it in, and its replay factors the matrix again."""
+    monkeypatch.setattr(_blocked, "AHEAD_FROM", ((4, 40),))
+    a = random((100, 100), vram.float32, seed=1)
+    A = vram.tensor(a, device=sim0)
+    want = vram.linalg.lu_factor_ex(A)
+    stream = vram.Stream(sim0)
+    before = _replay.replay_stats()
+    with vram.stream(stream):
+        graph = vram.graphs.CUDAGraph()
+        with vram.graphs.graph(graph):
+            LU, pivots, info = vram.linalg.lu_factor_ex(A)
+        LU.zero_()
+        graph.replay()
+    vram.synchronize(sim0)
+    assert _replay.replay_stats()["captured"] == before["captured"]
+    np.testing.assert_array_equal(LU.numpy(), want.LU.numpy())
+    np.testing.assert_array_equal(pivots.numpy(), want.pivots.numpy())

@@ -29,18 +29,17 @@ def test_every_dtype_has_crossovers():
 
 def test_default_plans_follow_the_bands():
     """Note [LU crossovers]: blocked to 2048, side streams above; one matrix: cuSOLVER, but
-    float32's of 1025 to 4096 rows (blocked)."""
+    real ones of 512 to 4096 rows (blocked, looking ahead)."""
     assert TABLE.way(32, 4096) == "blocked" and TABLE.way(128, 1024) == "blocked"
     assert TABLE.way(256, 256) == "blocked"
     assert TABLE.way(511, 64) == TABLE.way(512, 64) == "blocked"  # no cliff at 512
     assert TABLE.way(1023, 16) == TABLE.way(1024, 16) == "blocked"
     assert TABLE.way(2047, 16) == TABLE.way(2048, 16) == "blocked"
     assert TABLE.way(2049, 16) == "streams"
-    for n in (32, 512, 1024, 4097):  # one matrix: cuSOLVER, but float32's 1025 to 4096
-        assert TABLE.way(n, 1) == "cusolver"
-    for n in (1025, 2048, 4096):
-        assert TABLE.way(n, 1) == "blocked"
-    assert LU_CROSSOVERS["float64"].way(2048, 1) == "cusolver"
+    for n in (32, 511, 4097):  # one matrix: cuSOLVER, but 512 to 4096 rows
+        assert TABLE.way(n, 1) == LU_CROSSOVERS["float64"].way(n, 1) == "cusolver"
+    for n in (512, 1024, 2048, 4096):
+        assert TABLE.way(n, 1) == LU_CROSSOVERS["float64"].way(n, 1) == "blocked"
     assert plan_lu(32, 32, 4096, "float32") == Plan("blocked")
     assert plan_lu(256, 256, 256, "float32") == Plan("blocked")
     assert plan_lu(256, 200, 256, "float32") == Plan("blocked")

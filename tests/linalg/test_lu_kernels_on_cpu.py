@@ -70,10 +70,10 @@ class CpuLibs:
         self.multiprocessors = multiprocessors  # (an H100's): picks swap_trsm's tiles
 
     def lu_panel(self, s, dtype, config, lu, stride, m, batch, source, k0, jb, pivots, k, info,
-                 pivot):  # fmt: skip
+                 pivot, update=0):  # fmt: skip
         src, src_batch, src_row, src_col = source
         args = _PANEL_ARGS.pack(lu, stride, src, src_batch, src_row, src_col, pivots, k,
-                                info, m, k0, jb, int(pivot))  # fmt: skip
+                                info, m, k0, jb, int(pivot), update)  # fmt: skip
         threads, rows, width, blocks, sub = config
         assert blocks == 1, "the emulation runs one block at a time: no clusters"
         done = self.kernels.emu_panel(CODES[dtype], threads, rows, width, sub,
@@ -81,10 +81,13 @@ class CpuLibs:
                                       ctypes.c_char_p(args))  # fmt: skip
         assert done == 0, f"no emulated panel {config}"
 
-    def lu_swap_trsm(self, s, dtype, lu, stride, m, n, batch, k0, jb, pivots, k, pivot):
-        args = _SWAP_ARGS.pack(lu, stride, pivots, k, m, n, k0, jb, int(pivot))
-        warps, columns = _blocked.swap_tile(batch, n - jb, self.multiprocessors)
-        tiles = -(-(n - jb) // columns)
+    def lu_swap_trsm(self, s, dtype, lu, stride, m, n, batch, k0, jb, pivots, k, pivot,
+                     spans=None):  # fmt: skip
+        (c0, c1), (d0, d1) = spans or _blocked.outside(k0, jb, n)
+        args = _SWAP_ARGS.pack(lu, stride, pivots, k, m, k0, jb, int(pivot), c0, c1, d0, d1)
+        count = c1 - c0 + d1 - d0
+        warps, columns = _blocked.swap_tile(batch, count, self.multiprocessors)
+        tiles = -(-count // columns)
         done = self.kernels.emu_swap_trsm(
             CODES[dtype], _blocked.SWAP_WIDTH, warps, columns,
             ctypes.c_longlong(batch), ctypes.c_longlong(tiles), ctypes.c_char_p(args),
@@ -94,11 +97,12 @@ class CpuLibs:
     def lu_update_context(self, s, dtype):
         return None
 
-    def lu_update(self, context, dtype, lu, stride, m, n, batch, k0, jb):
+    def lu_update(self, context, dtype, lu, stride, m, n, batch, k0, jb, columns=None):
         assert lu == self.lu.ctypes.data
         a = np.swapaxes(self.lu, 1, 2)  # (batch, m, n) views of the column-major factors
         rest = k0 + jb
-        a[:, rest:, rest:] -= a[:, rest:, k0:rest] @ a[:, k0:rest, rest:]
+        start, stop = columns or (rest, n)
+        a[:, rest:, start:stop] -= a[:, rest:, k0:rest] @ a[:, k0:rest, start:stop]
 
     def lu_solve(self, s, dtype, transposed, n, nrhs, batch, lu, pivots, source, x):
         b, b_batch, b_row, b_col = source
@@ -120,8 +124,26 @@ class CpuLibs:
         assert done == 0
 
 
-def factor_on_cpu(kernels, a: np.ndarray, pivot: bool = True, in_place_read: bool = False):
-    """(LU (batch, m, n), pivots, info) of ``a`` by the kernels, as _blocked runs them."""
+class HostStream:
+    """The emulation runs each kernel when it is called: a stream's order is the host's, so
+    waiting for an event has nothing to wait for."""
+
+    def wait_event(self, event) -> None:
+        assert event.recorded, "a wait for an event never recorded"
+
+
+class HostEvent:
+    recorded = False
+
+    def record(self, stream) -> None:
+        self.recorded = True
+
+
+def factor_on_cpu(
+    kernels, a: np.ndarray, pivot: bool = True, in_place_read: bool = False, ahead: bool = False
+):
+    """(LU (batch, m, n), pivots, info) of ``a`` by the kernels, as _blocked runs them;
+    ``ahead``: with the look-ahead's order of steps."""
     batch, m, n = a.shape
     dtype = a.dtype.name
     k = min(m, n)
@@ -135,8 +157,9 @@ def factor_on_cpu(kernels, a: np.ndarray, pivot: bool = True, in_place_read: boo
         source = (a.ctypes.data, *(step // item for step in a.strides))
     else:
         lu[...] = np.swapaxes(a, 1, 2)
-    _blocked.factor(libs, None, dtype, m, n, batch, lu.ctypes.data, pivots.ctypes.data,
-                    info.ctypes.data, pivot, source)  # fmt: skip
+    events = _blocked.Ahead(HostStream(), *(HostEvent() for _ in range(3))) if ahead else None
+    _blocked.factor(libs, HostStream(), dtype, m, n, batch, lu.ctypes.data, pivots.ctypes.data,
+                    info.ctypes.data, pivot, source, ahead=events)  # fmt: skip
     return np.swapaxes(lu, 1, 2), pivots, info
 
 
@@ -153,26 +176,34 @@ def expected(a: np.ndarray, pivot: bool = True):
     return work, ipiv, info
 
 
-@pytest.mark.parametrize("table", list(TABLES))
+@pytest.mark.parametrize(
+    "table, ahead",
+    [*((table, False) for table in TABLES), ("mixed", True)],
+    ids=[*TABLES, "mixed, looking ahead"],
+)
 @pytest.mark.parametrize("shape", [(2, 100, 100), (2, 120, 40), (1, 40, 90)], ids=str)
-def test_factors_match_lapack(kernels, monkeypatch, table, shape):
+def test_factors_match_lapack(kernels, monkeypatch, table, shape, ahead):
+    """``ahead``: the steps in the look-ahead's order (the next panel's columns first),
+    with panels of 32 then 16 columns."""
     use(monkeypatch, table)
     a = np.random.default_rng(sum(shape)).standard_normal(shape)
-    lu, pivots, info = factor_on_cpu(kernels, a)
+    lu, pivots, info = factor_on_cpu(kernels, a, ahead=ahead)
     want_lu, want_pivots, want_info = expected(a)
     np.testing.assert_array_equal(pivots, want_pivots)
     np.testing.assert_array_equal(info, want_info)
     np.testing.assert_allclose(lu, want_lu, rtol=1e-11, atol=1e-11)
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "in two launches"])
 @pytest.mark.parametrize("multiprocessors", [1, 132], ids=["wide tiles", "narrow tiles"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_swap_trsm_composes_repeated_interchanges(kernels, dtype, multiprocessors):
+def test_swap_trsm_composes_repeated_interchanges(kernels, dtype, multiprocessors, split):
     """One swap_trsm step alone (panel rows 20..51 of 80 x 110 matrices, columns left and
     right of it, three wide tiles or ten narrow ones) with interchanges LAPACK allows but
     random matrices rarely make: one row below the panel taken again and again, and a mix of
     rows inside the panel, rows below it and no interchange: the same as applying them one
-    by one, then L11^-1."""
+    by one, then L11^-1. ``split``: as the look-ahead runs it, the 8 columns right of the
+    panel by one launch, the other columns (left and right of them) by another."""
     batch, m, n, k0, jb = 3, 80, 110, 20, 32
     k = min(m, n)
     rng = np.random.default_rng(5)
@@ -189,8 +220,11 @@ def test_swap_trsm_composes_repeated_interchanges(kernels, dtype, multiprocessor
         _blocked.swap_tile(batch, n - jb, multiprocessors)
         == _blocked.SWAP_TILES[0 if multiprocessors == 1 else 1]
     )
-    libs.lu_swap_trsm(None, dtype, lu.ctypes.data, m * n, m, n, batch, k0, jb,
-                      ipiv.ctypes.data, k, True)  # fmt: skip
+    after = k0 + jb
+    parts = [((0, k0), (after + 8, n)), ((after, after + 8), (n, n))] if split else [None]
+    for spans in parts:
+        libs.lu_swap_trsm(None, dtype, lu.ctypes.data, m * n, m, n, batch, k0, jb,
+                          ipiv.ctypes.data, k, True, spans)  # fmt: skip
 
     want = a.astype(dtype).astype(np.float64)
     others = np.r_[0:k0, k0 + jb : n]

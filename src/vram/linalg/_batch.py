@@ -11,6 +11,9 @@
   ``stream`` afterwards (and any reuse of memory freed on it) comes after every call.
   Nothing synchronizes the host.
 
+``ahead_streams`` and ``ahead_events``: each thread's two streams and five events for the
+blocked LU's look-ahead (``_blocked.factor``, ``_lu``).
+
 Side streams are created once per device and kept (as PyTorch's pool streams are); the
 events are per thread, so two threads spreading batches at once do not share them.
 """
@@ -24,7 +27,7 @@ from typing import Any
 from .._device import Device
 from .._streams import Event, Stream
 
-__all__ = ["run_batch", "side_streams", "MAX_SIDE_STREAMS"]
+__all__ = ["run_batch", "side_streams", "ahead_streams", "ahead_events", "MAX_SIDE_STREAMS"]
 
 MAX_SIDE_STREAMS = 32  # side streams per device, at most
 
@@ -49,6 +52,8 @@ def side_streams(device: Device, count: int) -> list[Stream]:
 class _Events(threading.local):
     def __init__(self) -> None:
         self.by_device: dict[Device, tuple[Event, list[Event]]] = {}
+        self.ahead: dict[Device, tuple[Event, ...]] = {}
+        self.ahead_streams: dict[Device, tuple[Stream, Stream]] = {}
 
 
 _events = _Events()
@@ -62,6 +67,33 @@ def _thread_events(device: Device, count: int) -> tuple[Event, list[Event]]:
         done += [Event() for _ in range(count - len(done))]
         found = (ready, done)
         _events.by_device[device] = found
+    return found
+
+
+def ahead_streams(device: Device) -> tuple[Stream, Stream]:
+    """This thread's two streams of ``device`` for the blocked LU's look-ahead (made on first
+    use, then kept): the panels', of the device's greatest priority, so that their blocks
+    go before the GEMM's that wait with them, and the side stream, of the lowest. A
+    thread's own: a graph captured on them by one thread must take in no other's work."""
+    found = _events.ahead_streams.get(device)
+    if found is None:
+        driver = device.driver
+        least, greatest = driver.stream_priority_range(device.index)  # type: ignore[arg-type]
+        made = []
+        for priority in (greatest, least):
+            handle = driver.stream_create(device.index, priority)  # type: ignore[arg-type]
+            made.append(Stream._wrap(device, handle, priority))
+        found = _events.ahead_streams[device] = (made[0], made[1])
+    return found
+
+
+def ahead_events(device: Device) -> tuple[Event, ...]:
+    """This thread's five events for the look-ahead of one LU on ``device``: the call's
+    stream to the panels' and back, and ``_blocked.Ahead``'s three (reused by each call:
+    every wait on one is queued before it is recorded again)."""
+    found = _events.ahead.get(device)
+    if found is None:
+        found = _events.ahead[device] = tuple(Event() for _ in range(5))
     return found
 
 

@@ -10,6 +10,10 @@ panel by column panel [k0, k0 + jb):
    block right of it solved with the panel's unit lower triangle (U12);
 3. ``lu_update``: A22 -= L21 U12, one strided-batched GEMM (cuBLAS's, in full precision).
 
+For one matrix or a few (``AHEAD_FROM``), ``factor`` looks ahead: the next panel's columns
+are brought up to date first and the panel factored on a stream of its own, beside the rest
+of the step's update (see ``factor``); ``_lu`` replays such a call as a CUDA graph.
+
 A block holds ``threads * rows`` rows of ``width`` columns (``panel_config``, by the rows
 left), so the panels of one matrix get wider as it shrinks. The tall panels of small
 batches go, on sm_90 and later, to a cluster of ``CLUSTER`` blocks (``CLUSTER_FROM``, to
@@ -35,6 +39,8 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "PanelConfig",
+    "WARP_PANEL",
+    "updates_first",
     "PANELS",
     "MAX_ROWS",
     "CLUSTER",
@@ -58,6 +64,12 @@ __all__ = [
     "panel_config",
     "one_panel",
     "factor",
+    "Ahead",
+    "AHEAD_FROM",
+    "look_ahead",
+    "tables",
+    "Spans",
+    "outside",
     "solve_supports",
     "solve",
 ]
@@ -73,6 +85,15 @@ class PanelConfig(NamedTuple):
     width: int
     blocks: int = 1
     sub: int = 0
+
+
+WARP_PANEL = PanelConfig(32, 1, 32)  # the one-warp kernel's shape (``panel_warp``)
+
+
+def updates_first(config: PanelConfig) -> bool:
+    """Whether the panel kernel of ``config`` can apply the previous panel's update of its
+    columns itself (``panel``'s ``update_first``; not ``panel_warp`` nor ``panel_tall``)."""
+    return config.sub == 0 and config != WARP_PANEL
 
 
 # (most rows, the config): registers per thread are rows * width elements, kept under what
@@ -119,7 +140,8 @@ MAX_ROWS = {dtype: table[-1][0] for dtype, table in PANELS.items()}
 # against 26.2). One 4096 x 4096 matrix took 14.3 ms over cluster panels (their kernels
 # 8.1 ms; 10.6 when the blocks met at a cluster barrier and read each other's offers),
 # then 13.0 (kernels 7.7 ms) with warp reductions for the pivot searches and swap_trsm's
-# narrow tiles, as long as cuSOLVER's getrf (see _dispatch's Note [LU crossovers]).
+# narrow tiles, as long as cuSOLVER's getrf (see _dispatch's Note [LU crossovers]); 9.8
+# with the look-ahead (``AHEAD_FROM``).
 # ptxas -v on sm_90: no spills (the double panel of 1024 threads spilled 36 bytes before
 # the warp reductions).
 CLUSTER = 8
@@ -171,6 +193,17 @@ TALL_MAX_ROWS = {dtype: table[-1][0] for dtype, table in TALL_PANELS.items()}
 TALL_FROM: tuple[tuple[int, int], ...] = ((16, 257),)
 # (largest batch, fewest rows a cluster panel takes)
 CLUSTER_FROM: tuple[tuple[int, int], ...] = ((32, 257),)
+# (largest batch, fewest of min(m, n)) that ``factor`` looks ahead for, on devices with
+# clusters (where it was measured). From an H100 (bench/results/linalg_ahead-*.json), fp32
+# lu_factor_ex, ms, looking ahead (replayed as a graph, see ``_lu``) / in turn: one matrix
+# 512 0.777 / 1.341, 1024 1.66 / 2.50, 2048 3.72 / 4.73, 4096 9.79 / 12.31; batches 1024 x
+# 4 1.83 / 2.36, 2048 x 2 3.94 / 4.63, 2048 x 4 4.88 / 6.05, 4096 x 2 13.5 / 18.5 (float64
+# 4096: 13.05 / 17.32). Queued from Python each call, without the graph, looking ahead was
+# slower than in turn in a probe (4096: 10.9 against 12.3, but 2048: 7.18 against 4.18):
+# twice the launches, and the host's time a step exceeded the GPU's. The panel kernel
+# applying the previous step's update of its own columns (``updates_first``), instead of a
+# cuBLAS GEMM of 32 columns before it: 4096 x 1 10.45 -> 9.72 ms in that probe.
+AHEAD_FROM: tuple[tuple[int, int], ...] = ((4, 512),)
 SWAP_WIDTH = 32  # swap_trsm's widest panel
 # swap_trsm's blocks, (warps, columns a block), a warp taking one column at a time: wide
 # tiles where the launch fills the GPU (a block composes the panel's interchanges once, so
@@ -305,6 +338,36 @@ def _covers(config: PanelConfig, m: int, n: int) -> bool:
 
 
 Source = tuple[int, int, int, int]  # (pointer, batch stride, row stride, column stride)
+Spans = tuple[tuple[int, int], tuple[int, int]]  # swap_trsm's columns: two (start, stop)
+
+
+def outside(k0: int, jb: int, n: int) -> Spans:
+    """Every column outside the panel [k0, k0 + jb) of n: what swap_trsm takes by default."""
+    return (0, k0), (k0 + jb, n)
+
+
+class Ahead(NamedTuple):
+    """What the look-ahead needs (see ``factor``): ``side``, the stream where each step's
+    update of the columns beyond the next panel runs, and three events, reused every step."""
+
+    side: Any
+    start: Any
+    panel: Any
+    done: Any
+
+
+def tables(dtype: str) -> tuple:
+    """Every table that chooses the steps ``factor`` queues for ``dtype``: the key of a
+    replayed factorization names them (tests change them)."""
+    return (PANELS.get(dtype), CLUSTER_PANELS.get(dtype), TALL_PANELS.get(dtype), CLUSTER_FROM,
+            TALL_FROM, AHEAD_FROM, SWAP_TILES)  # fmt: skip
+
+
+def look_ahead(dtype: str, m: int, n: int, batch: int, clusters: bool) -> bool:
+    """Whether ``factor`` runs the next panel while the rest of a step's update runs."""
+    if not clusters or not _takes(AHEAD_FROM, min(m, n), batch):
+        return False
+    return supports(dtype, m, n, batch, clusters)
 
 
 def factor(
@@ -320,34 +383,88 @@ def factor(
     pivot: bool,
     source: Source | None = None,
     clusters: bool = False,
+    ahead: Ahead | None = None,
 ) -> None:
     """P A = L U for ``batch`` m x n column-major matrices at ``lu`` (m * n apart): pivots
     (min(m, n) int32 per matrix) and info (one int32 each) as getrf's. ``source``: read the
     input there instead (one panel only: see ``one_panel``). ``clusters``: whether the
-    device runs cluster panels. Queued on ``stream``."""
+    device runs cluster panels. Queued on ``stream``.
+
+    ``ahead``: look ahead (LAPACK's getrf does not; MAGMA's does). Step k's interchanges,
+    U12 and update go first to the next panel's columns, on ``stream``, which then factors
+    that panel while ``ahead.side`` applies step k to every other column: the panels, which
+    leave most of the GPU idle, run beside the large GEMMs instead of between them. The
+    panels' stream should be of a higher priority than the side's. ``ahead.side`` waits for
+    ``stream`` at the start, and ``stream`` for each of its steps."""
     k = min(m, n)
     stride = m * n
     own = (lu, stride, 1, m)
-    update = None
-    k0 = 0
-    while k0 < k:
-        config = panel_config(dtype, m - k0, batch, clusters)
-        jb = min(config.width, k - k0)
-        read = own
-        if source is not None and k0 == 0:
-            if not _covers(config, m, n):
-                raise ValueError("source: only a matrix that one panel covers is read in place")
-            read = source
-        libs.lu_panel(stream, dtype, config, lu, stride, m, batch, read, k0, jb, pivots, k, info,
-                      pivot)  # fmt: skip
+    contexts: dict[int, Any] = {}
+
+    def panel(s: Any, k0: int, jb: int, read: Source, update: int = 0) -> None:
+        libs.lu_panel(s, dtype, config_at(k0), lu, stride, m, batch, read, k0, jb, pivots, k,
+                      info, pivot, update)  # fmt: skip
+
+    def config_at(k0: int) -> PanelConfig:
+        return panel_config(dtype, m - k0, batch, clusters)
+
+    def swap(s: Any, k0: int, jb: int, spans: Spans) -> None:
+        libs.lu_swap_trsm(s, dtype, lu, stride, m, n, batch, k0, jb, pivots, k, pivot, spans)
+
+    def update(s: Any, k0: int, jb: int, columns: tuple[int, int]) -> None:
+        key = id(s)
+        if key not in contexts:
+            contexts[key] = libs.lu_update_context(s, dtype)
+        libs.lu_update(contexts[key], dtype, lu, stride, m, n, batch, k0, jb, columns)
+
+    def whole_step(s: Any, k0: int, jb: int) -> None:
+        """Step k0's interchanges, U12 and update on every column outside the panel."""
         right = n - k0 - jb
         if right > 0 or (pivot and k0 > 0):
-            libs.lu_swap_trsm(stream, dtype, lu, stride, m, n, batch, k0, jb, pivots, k, pivot)
+            swap(s, k0, jb, outside(k0, jb, n))
         if right > 0 and m > k0 + jb:
-            if update is None:
-                update = libs.lu_update_context(stream, dtype)
-            libs.lu_update(update, dtype, lu, stride, m, n, batch, k0, jb)
-        k0 += jb
+            update(s, k0, jb, (k0 + jb, n))
+
+    k0 = 0
+    jb = min(config_at(0).width, k)
+    read = own
+    if source is not None:
+        if not _covers(config_at(0), m, n):
+            raise ValueError("source: only a matrix that one panel covers is read in place")
+        read = source
+    if ahead is None or jb >= k:
+        while True:
+            panel(stream, k0, jb, read if k0 == 0 else own)
+            whole_step(stream, k0, jb)
+            k0 += jb
+            if k0 >= k:
+                return
+            jb = min(config_at(k0).width, k - k0)
+    side = ahead.side
+    ahead.start.record(stream)
+    side.wait_event(ahead.start)
+    panel(stream, k0, jb, own)
+    while k0 + jb < k:
+        after = k0 + jb  # the next panel: [after, after + jb2)
+        jb2 = min(config_at(after).width, k - after)
+        ahead.panel.record(stream)
+        side.wait_event(ahead.panel)
+        left = (0, k0 if pivot else 0)
+        rest = (after + jb2, n)
+        if left[1] > left[0] or rest[1] > rest[0]:
+            swap(side, k0, jb, (left, rest))
+        if rest[1] > rest[0]:
+            update(side, k0, jb, rest)
+        ahead.done.record(side)
+        swap(stream, k0, jb, ((after, after + jb2), (n, n)))
+        if updates_first(config_at(after)):  # the panel kernel updates its columns itself
+            panel(stream, after, jb2, own, jb)
+        else:
+            update(stream, k0, jb, (after, after + jb2))
+            panel(stream, after, jb2, own)
+        stream.wait_event(ahead.done)  # (the next panel's columns: step k0's update is done)
+        k0, jb = after, jb2
+    whole_step(stream, k0, jb)
 
 
 def solve_supports(dtype: str, n: int) -> bool:

@@ -26,8 +26,11 @@ from ._blocked import (
     SWAP_TILES,
     SWAP_WIDTH,
     TALL_PANELS,
+    WARP_PANEL,
     PanelConfig,
     Source,
+    Spans,
+    outside,
     solve_columns,
     solve_tile,
     solve_warp,
@@ -69,19 +72,17 @@ def _fields(*names: str) -> struct.Struct:
 
 
 _PANEL_ARGS = _fields("lu", "lu_stride", "src", "src_batch", "src_row", "src_col", "ipiv",
-                      "ipiv_stride", "info", "m", "k0", "jb", "pivot")  # fmt: skip
-_SWAP_ARGS = _fields("lu", "lu_stride", "ipiv", "ipiv_stride", "m", "n", "k0", "jb", "pivot")
+                      "ipiv_stride", "info", "m", "k0", "jb", "pivot", "update")  # fmt: skip
+_SWAP_ARGS = _fields("lu", "lu_stride", "ipiv", "ipiv_stride", "m", "k0", "jb", "pivot", "c0",
+                     "c1", "d0", "d1")  # fmt: skip
 _SOLVE_ARGS = _fields("lu", "lu_stride", "ipiv", "ipiv_stride", "b", "b_batch", "b_row",
                       "b_col", "x", "x_stride", "n", "nrhs", "trans")  # fmt: skip
-
-
-_WARP_PANEL = PanelConfig(32, 1, 32)  # the one-warp kernel's shape (``panel_warp``)
 
 
 @cache  # (a launch asks for its kernel's name: a lookup, not a format)
 def _panel_name(dtype: str, config: PanelConfig) -> str:
     t = _LU_TYPES[dtype]
-    if config == _WARP_PANEL:
+    if config == WARP_PANEL:
         return f"panel_warp<{t}>"
     if config.sub:
         return f"panel_tall<{t}, {config.threads}, {config.rows}, {config.sub}>"
@@ -355,10 +356,11 @@ class CudaLibs:
         k: int,
         info: int,
         pivot: bool,
+        update: int = 0,
     ) -> None:
         src, src_batch, src_row, src_col = source
         args = _PANEL_ARGS.pack(lu, stride, src, src_batch, src_row, src_col, pivots, k,
-                                info, m, k0, jb, int(pivot))  # fmt: skip
+                                info, m, k0, jb, int(pivot), update)  # fmt: skip
         name = _panel_name(dtype, config)
         grid = (batch * config.blocks, 1)
         self._lu_launch(s, name, grid, config.threads, args, config.blocks)
@@ -377,21 +379,39 @@ class CudaLibs:
         pivots: int,
         k: int,
         pivot: bool,
+        spans: Spans | None = None,
     ) -> None:
-        args = _SWAP_ARGS.pack(lu, stride, pivots, k, m, n, k0, jb, int(pivot))
+        (c0, c1), (d0, d1) = spans or outside(k0, jb, n)
+        args = _SWAP_ARGS.pack(lu, stride, pivots, k, m, k0, jb, int(pivot), c0, c1, d0, d1)
         index = s.device.index
         multiprocessors = s.device.driver.properties(index).multi_processor_count
-        warps, columns = swap_tile(batch, n - jb, multiprocessors)
-        tiles = -(-(n - jb) // columns)
+        count = c1 - c0 + d1 - d0
+        warps, columns = swap_tile(batch, count, multiprocessors)
+        tiles = -(-count // columns)
         self._lu_launch(s, _swap_name(dtype, warps, columns), (batch, tiles), 32 * warps, args)
 
     def lu_update_context(self, s: Stream, dtype: str) -> tuple:
-        """The cuBLAS handle on ``s`` in full precision (no TF32), and -1 and 1 as ``dtype``
-        on the host for alpha and beta: what every ``lu_update`` of one call uses."""
-        handle = self._blas_handle(s)
+        """What every ``lu_update`` on ``s`` of one call uses: the cuBLAS handle in full
+        precision (no TF32), the stream and its cuBLAS workspace, and -1 and 1 as ``dtype``
+        on the host for alpha and beta."""
+        index = s.device.index
+        handle = self.blas.handle(index)
+        self.blas.use_device(index)
         self.blas.set_math_mode(handle, self.blas.DEFAULT_MATH)
+        size = self._cublas_workspace_size(s)
+        workspace = self.lu_update_workspace(s)
         scalars = np.array([-1, 1], dtype=np.float32 if dtype == "float32" else np.float64)
-        return handle, scalars, scalars.ctypes.data
+        return handle, (s.cuda_stream, workspace, size), scalars, scalars.ctypes.data
+
+    def lu_update_workspace(self, s: Stream) -> int:
+        """The workspace of ``lu_update``'s GEMMs on ``s``: its cuBLAS workspace."""
+        size = self._cublas_workspace_size(s)
+        return memory.get_workspace(size, library="cublas", device=s.device, stream=s)
+
+    @staticmethod
+    def _cublas_workspace_size(s: Stream) -> int:
+        props = s.device.driver.properties(s.device.index)
+        return cublas_workspace_size(props.major, props.minor)
 
     def lu_update(
         self,
@@ -404,19 +424,25 @@ class CudaLibs:
         batch: int,
         k0: int,
         jb: int,
+        columns: tuple[int, int] | None = None,
     ) -> None:
-        """A22 -= L21 U12: rows and columns k0 + jb.. of every matrix (cuBLAS strided GEMM)."""
-        handle, _, alpha = context
+        """A22 -= L21 U12: rows k0 + jb.. and ``columns`` (start, stop; all of k0 + jb..
+        when None) of every matrix (cuBLAS strided GEMM). The handle is bound to the
+        context's stream first: the look-ahead alternates two streams on it."""
+        handle, (stream, workspace, size), _, alpha = context
         item = 4 if dtype == "float32" else 8
         blas = self.blas
+        blas.set_stream(handle, stream)  # (it resets the workspace: set it after)
+        blas.set_workspace(handle, workspace, size)
         rest = k0 + jb
+        start, stop = columns or (rest, n)
         a = lu + (rest + k0 * m) * item
-        b = lu + (k0 + rest * m) * item
-        c = lu + (rest + rest * m) * item
+        b = lu + (k0 + start * m) * item
+        c = lu + (rest + start * m) * item
         data = blas.DATA_TYPES[dtype]
         compute = blas.COMPUTE_TYPES["32F" if dtype == "float32" else "64F"]
         blas.gemm_strided_batched_ex(
-            handle, blas.OP_N, blas.OP_N, m - rest, n - rest, jb, alpha, a, m, stride,
+            handle, blas.OP_N, blas.OP_N, m - rest, stop - start, jb, alpha, a, m, stride,
             b, m, stride, alpha + item, c, m, stride, batch, data, compute,
         )  # fmt: skip
 

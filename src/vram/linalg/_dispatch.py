@@ -12,7 +12,7 @@ Four ways to run a batch (the same on a GPU and on the simulated GPU):
   to 512.
 - ``"cusolver"``: cuSOLVER's routine (getrf / getrs) for each matrix in turn on the current
   stream, with ONE workspace (queried once) for the whole batch. Wins for one matrix (but
-  float32's from 1025 to 4096 rows, which blocked takes).
+  real ones from 512 to 4096 rows, which blocked takes).
 - ``"streams"``: the same cuSOLVER calls spread round robin over side streams, each with
   its own workspace, joined to the current stream by events. Wins for batches of large
   matrices (from 2049; complex from 513), where one matrix leaves most of the GPU idle.
@@ -120,18 +120,24 @@ class Crossover:
 # past 1024 rows in batches of more than 32 (16 without clusters), and past 2048 rows on a
 # device without clusters, blocked cannot run: the side streams take them.
 #
-# One matrix: cuSOLVER, except float32 from 1025 to 4096 rows: vram's panels over a cluster
-# and swap_trsm's narrow tiles (2026-11-23, ms, blocked / cuSOLVER): 2048 x 1 4.40 / 5.07,
-# 4096 x 1 12.7 / 12.8 (1024 x 1, before the panels' warp reductions: 2.43 / 2.48). Doubles
-# lose at 4096 (19.5 / 14.6 before them) and about tie at 2048 (6.04 / 6.23): cuSOLVER.
+# One matrix: cuSOLVER to 511 rows, vram's blocked LU from 512 to 4096 (cluster panels with
+# the look-ahead, replayed as a graph: ``_blocked.AHEAD_FROM``, ``_replay``), cuSOLVER
+# above. From an H100 (bench/results/linalg_ahead-cuda0-2026-11-23.json, ms of
+# lu_factor_ex; blocked looking ahead / in turn / cuSOLVER):
+#
+#   float32   512 x 1  0.777 / 1.341 / 0.960    float64   512 x 1  0.973 / 1.307 / 1.052
+#            1024 x 1  1.66  / 2.50  / 2.05              1024 x 1  2.08  / 2.40  / 2.40
+#            2048 x 1  3.72  / 4.73  / 4.89              2048 x 1  4.68  / 4.99  / 5.85
+#            4096 x 1  9.79  / 12.31 / 12.52             4096 x 1  13.05 / 17.32 / 14.30
+#
+# (Before the look-ahead, blocked lost to cuSOLVER at 512 (1.55 / 1.11) and only matched it
+# at 4096, and doubles lost at 4096 (19.5 / 14.6).)
 _REAL_BANDS = ((2048, "blocked"), (EVERY_N, "streams"))
+_REAL_SINGLE = ((511, "cusolver"), (4096, "blocked"), (EVERY_N, "cusolver"))
 _COMPLEX = Crossover(bands=((512, "cublas"), (EVERY_N, "streams")))
 LU_CROSSOVERS: dict[str, Crossover] = {
-    "float32": Crossover(
-        bands=_REAL_BANDS,
-        single=((1024, "cusolver"), (4096, "blocked"), (EVERY_N, "cusolver")),
-    ),
-    "float64": Crossover(bands=_REAL_BANDS),
+    "float32": Crossover(bands=_REAL_BANDS, single=_REAL_SINGLE),
+    "float64": Crossover(bands=_REAL_BANDS, single=_REAL_SINGLE),
     "complex64": _COMPLEX,
     "complex128": _COMPLEX,
 }

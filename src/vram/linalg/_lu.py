@@ -8,7 +8,9 @@ into LU by one strided copy on the device, then factored in place by the plan
 ``_dispatch.plan_lu`` picks:
 
 - "blocked": vram's blocked LU (``_blocked``); a matrix that one panel covers (at most 32
-  columns) is read where it lies by the one kernel that factors it: no copy;
+  columns) is read where it lies by the one kernel that factors it: no copy; one large
+  matrix or a few look ahead, on this thread's two look-ahead streams, replayed as a CUDA
+  graph when the same call comes again (``_replay``);
 - "cublas": getrfBatched over a device array of matrix pointers, made by a kernel into the
   "linalg" workspace (no host copy);
 - "cusolver" / "streams": getrf for each matrix with the workspace size queried ONCE and
@@ -32,9 +34,10 @@ from .._streams import Stream, current_stream
 from .._tensor import Tensor, contiguous_strides, device_storage
 from ..driver._cusolver import X_API_ELEMENTS
 from . import _blocked, _checks
-from ._batch import run_batch
+from ._batch import ahead_events, ahead_streams, run_batch
 from ._dispatch import Plan, plan_lu
 from ._libs import libs_for
+from ._replay import replayed
 from ._workspace import CallWorkspaces
 
 __all__ = [
@@ -181,14 +184,54 @@ def _factor_blocked(
         else:
             rows, cols = source.stride()[-2:]
             read = (source.data_ptr(), step, rows, cols)
-    stream = current_stream(lu.device)
-    libs = libs_for(lu.device.type)
+    device = lu.device
+    stream = current_stream(device)
+    libs = libs_for(device.type)
     ipiv = pivots.data_ptr()
-    _blocked.factor(libs, stream, dtype, m, n, batch, lu.data_ptr(), ipiv, info.data_ptr(),
-                    pivot, read, clusters)  # fmt: skip
+    if read is None and _blocked.look_ahead(dtype, m, n, batch, clusters):
+        _factor_ahead(libs, stream, lu, ipiv, info, pivot, dtype, m, n, batch, clusters)
+    else:
+        _blocked.factor(libs, stream, dtype, m, n, batch, lu.data_ptr(), ipiv, info.data_ptr(),
+                        pivot, read, clusters)  # fmt: skip
     if not pivot:  # PyTorch returns the trivial permutation
         k = min(m, n)
         libs.trivial_pivots(stream, ipiv, k, batch * k)
+
+
+def _factor_ahead(
+    libs,
+    stream: Stream,
+    lu: Tensor,
+    ipiv: int,
+    info: Tensor,
+    pivot: bool,
+    dtype: str,
+    m: int,
+    n: int,
+    batch: int,
+    clusters: bool,
+) -> None:
+    """The blocked LU with look-ahead (``_blocked.factor``), on this thread's two streams for
+    it, joined to ``stream`` by events; replayed as a graph when the same call comes again
+    (``_replay``: the key names the call's memory, its workspaces and the tables)."""
+    device = lu.device
+    panels, side = ahead_streams(device)
+    enter, leave, *steps = ahead_events(device)
+    ptr, infos = lu.data_ptr(), info.data_ptr()
+    spaces = (libs.lu_update_workspace(panels), libs.lu_update_workspace(side))
+    key = (device, panels.cuda_stream, dtype, m, n, batch, pivot, ptr, ipiv, infos, spaces,
+           _blocked.tables(dtype))  # fmt: skip
+    ahead = _blocked.Ahead(side, *steps)
+
+    def queue() -> None:
+        _blocked.factor(libs, panels, dtype, m, n, batch, ptr, ipiv, infos, pivot, None,
+                        clusters, ahead)  # fmt: skip
+
+    enter.record(stream)
+    panels.wait_event(enter)
+    replayed(panels, key, queue)
+    leave.record(panels)
+    stream.wait_event(leave)
 
 
 def _getrf_legacy(

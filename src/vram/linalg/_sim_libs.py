@@ -16,6 +16,7 @@ import numpy as np
 from .._streams import Stream
 from .._tensor import ndarray_view
 from . import _reference
+from ._blocked import Spans, outside
 
 __all__ = ["SimLibs"]
 
@@ -339,6 +340,7 @@ class SimLibs:
         k: int,
         info: int,
         pivot: bool,
+        update: int = 0,
     ) -> None:
         src, src_batch, src_row, src_col = source
 
@@ -346,6 +348,11 @@ class SimLibs:
             h = m - k0
             read = self._strided(s, src, (batch, m, k0 + jb), (src_batch, src_row, src_col), dtype)
             panel = np.array(read[:, k0:, k0:])
+            if update:  # the previous panel's update of these columns first (see the kernel)
+                a = self._factors(s, lu, stride, m, k0 + jb, batch, dtype)
+                first = k0 - update
+                with np.errstate(all="ignore"):
+                    panel -= np.matmul(a[:, k0:, first:k0], a[:, first:k0, k0:])
             found, infos = _reference.getrf(panel, pivot=pivot)
             out = self._strided(s, lu, (batch, m, k0 + jb), (stride, 1, m), dtype)
             out[:, k0:, k0:] = panel[:, :h, :jb]
@@ -372,10 +379,13 @@ class SimLibs:
         pivots: int,
         k: int,
         pivot: bool,
+        spans: Spans | None = None,
     ) -> None:
+        (c0, c1), (d0, d1) = spans or outside(k0, jb, n)
+
         def run() -> None:
             a = self._factors(s, lu, stride, m, n, batch, dtype)
-            others = np.r_[0:k0, k0 + jb : n]
+            others = np.r_[c0:c1, d0:d1]
             block = np.array(a[:, k0:, others])  # (batch, m - k0, columns), row-major
             if pivot:
                 ipiv = self._array(s, pivots, batch * k, np.int32).reshape(batch, k)
@@ -395,6 +405,9 @@ class SimLibs:
     def lu_update_context(self, s: Stream, dtype: str) -> Stream:
         return s
 
+    def lu_update_workspace(self, s: Stream) -> int:
+        return 0  # (NumPy's matmul needs none)
+
     def lu_update(
         self,
         context: Stream,
@@ -406,15 +419,17 @@ class SimLibs:
         batch: int,
         k0: int,
         jb: int,
+        columns: tuple[int, int] | None = None,
     ) -> None:
         s = context
+        rest = k0 + jb
+        start, stop = columns or (rest, n)
 
         def run() -> None:
             a = self._factors(s, lu, stride, m, n, batch, dtype)
-            rest = k0 + jb
             with np.errstate(all="ignore"):
-                product = np.matmul(a[:, rest:, k0:rest], a[:, k0:rest, rest:])
-                a[:, rest:, rest:] -= product
+                product = np.matmul(a[:, rest:, k0:rest], a[:, k0:rest, start:stop])
+                a[:, rest:, start:stop] -= product
 
         self._queue(s, run)
 

@@ -134,6 +134,8 @@ struct PanelArgs {
     i64 k0;           // the panel's first column (and row)
     i64 jb;           // its width, at most NB
     i64 pivot;        // 0: no row interchanges
+    i64 update;       // > 0 (``panel`` only): the previous panel's width, whose update of
+                      // this panel's columns (A -= L21 U12) the panel applies first
 };
 
 // LAPACK's interchange of rows c and p, as positions: the row at p goes to c and the row
@@ -258,6 +260,41 @@ __device__ __forceinline__ void load16(T (&u)[16 / sizeof(T)], const T* row) {
 // scan. Offers and inboxes alternate between two buffers by column parity: a block sends
 // column c + 1's offer only after it took every offer of column c, which every block sent
 // after it had read its inbox of column c - 1, so no offer lands on one still read.
+// The look-ahead's update of this panel's columns by the previous panel, [k0 - p, k0) with
+// p = args.update, before the panel is factored: each row of the panel (rows k0.. of its
+// columns, in ``a``) less its row of L21 (columns k0 - p.., final) times U12 (rows k0 - p..k0
+// of the panel's columns, solved by swap_trsm), which the block first loads. (NB is a
+// multiple of 8, and p at most NB.)
+template <typename T, int THREADS, int R, int NB>
+__device__ __forceinline__ void update_first(const PanelArgs& args, i64 b, unsigned rank,
+                                             T (&a)[R][NB], T (&upper)[NB][NB]) {
+    static_assert(NB % 8 == 0, "the L21 row is read 8 columns at a time");
+    const i64 m = args.m, k0 = args.k0, jb = args.jb, p = args.update;
+    const T* lu = reinterpret_cast<const T*>(args.lu) + b * args.lu_stride;
+    for (int e = threadIdx.x; e < NB * NB; e += THREADS) {
+        const int j = e % NB, c = e / NB;
+        upper[j][c] = (j < p && c < jb) ? lu[(k0 - p + j) + (k0 + c) * m] : T(0);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const i64 i = ((i64)rank * R + r) * THREADS + threadIdx.x;
+        if (i >= m - k0) continue;
+        const T* lower = lu + (k0 + i) + (k0 - p) * m;  // its row of L21
+#pragma unroll 1
+        for (int j0 = 0; j0 < p; j0 += 8) {  // 8 loads at once, then their products
+            T l[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) l[j] = j0 + j < p ? lower[(j0 + j) * m] : T(0);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+#pragma unroll
+                for (int c = 0; c < NB; ++c) a[r][c] -= l[j] * upper[j0 + j][c];
+            }
+        }
+    }
+}
+
 template <typename T, int CLUSTER, int THREADS, int R, int NB>
 __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
     constexpr int WARPS = THREADS / 32;
@@ -266,6 +303,7 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
     // a cluster's: every block's offer, and the mbarriers that count their bytes
     __shared__ Offer<T, NB> inbox[2][CLUSTER];
     __shared__ u64 arrived[2];
+    __shared__ T upper[NB][NB];  // U12 of the previous panel, for ``update_first``
 
     const i64 b = blockIdx.x / CLUSTER;
     const unsigned rank = blockIdx.x % CLUSTER;
@@ -288,6 +326,7 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
 #pragma unroll
         for (int c = 0; c < NB; ++c) a[r][c] = (i < h && c < jb) ? row[c * args.src_col] : T(0);
     }
+    if (args.update > 0) update_first<T, THREADS, R, NB>(args, b, rank, a, upper);
 
     if constexpr (CLUSTER > 1) {
         if (tid == 0) {
@@ -738,16 +777,23 @@ struct SwapArgs {
     u64 ipiv;  // const int*
     i64 ipiv_stride;
     i64 m;
-    i64 n;
     i64 k0;
     i64 jb;
     i64 pivot;
+    i64 c0, c1, d0, d1;  // the columns taken: [c0, c1) then [d0, d1), none in the panel
 };
 
-// The panel's row interchanges applied to every column outside the panel [k0, k0 + jb), and
-// right of the panel rows [k0, k0 + jb) <- L11^-1 rows [k0, k0 + jb) (L11 unit lower, from
-// the panel). blockIdx.x is the matrix, blockIdx.y a tile of COLS columns; a warp takes one
-// column at a time (lane i: row k0 + i), COLS / WARPS of them.
+// The t-th column swap_trsm takes.
+__device__ __forceinline__ i64 taken(const SwapArgs& args, i64 t) {
+    const i64 first = args.c1 - args.c0;
+    return t < first ? args.c0 + t : args.d0 + (t - first);
+}
+
+// The panel's row interchanges applied to the columns [c0, c1) and [d0, d1) (every column
+// outside the panel [k0, k0 + jb), or a part of them: see _blocked's look-ahead), and in
+// those right of the panel rows [k0, k0 + jb) <- L11^-1 rows [k0, k0 + jb) (L11 unit lower,
+// from the panel). blockIdx.x is the matrix, blockIdx.y a tile of COLS of those columns; a
+// warp takes one column at a time (lane i: row k0 + i), COLS / WARPS of them.
 //
 // LAPACK applies the interchanges one after another (rows k0 + c and ipiv[k0 + c] - 1, for
 // c in order). Each warp first composes them into one gather: lane i < jb learns the row
@@ -766,11 +812,13 @@ __global__ void __launch_bounds__(WARPS * 32) swap_trsm(const SwapArgs args) {
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
-    const i64 m = args.m, n = args.n, k0 = args.k0;
+    const i64 m = args.m, k0 = args.k0;
     const int jb = (int)args.jb;
     T* a = reinterpret_cast<T*>(args.lu) + b * args.lu_stride;
-    const i64 tile = (i64)blockIdx.y * COLS;  // this block's first column, panel skipped
-    if (tile + COLS > k0) {  // some column right of the panel: L11 is needed
+    const i64 count = args.c1 - args.c0 + args.d1 - args.d0;  // the columns taken
+    const i64 tile = (i64)blockIdx.y * COLS;  // this block's first column of them
+    const i64 last = (tile + COLS < count ? tile + COLS : count) - 1;  // this block's last
+    if (taken(args, last) > k0) {  // some column right of the panel: L11 is needed
         for (int e = tid; e < jb * jb; e += WARPS * 32) {
             const int i = e % jb, c = e / jb;
             lower[i][c] = a[(k0 + i) + (k0 + c) * m];
@@ -804,9 +852,8 @@ __global__ void __launch_bounds__(WARPS * 32) swap_trsm(const SwapArgs args) {
     }
 
     for (int t = warp; t < COLS; t += WARPS) {
-        const i64 q = tile + t;
-        if (q >= n - jb) break;  // the same in every lane of the warp
-        const i64 j = q < k0 ? q : q + jb;
+        if (tile + t >= count) break;  // the same in every lane of the warp
+        const i64 j = taken(args, tile + t);
         T* col = a + k0 + j * m;
         T x = lane < jb ? col[top] : T(0);
         const T y = lane < moved ? col[out_src] : T(0);
