@@ -68,6 +68,17 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def device_from_arguments(parser: argparse.ArgumentParser, argv: list[str] | None):
+    """(options, device): ``--device`` and the output arguments added to ``parser`` and
+    parsed; the device (the default one where none is named) made the current one."""
+    parser.add_argument("--device", default=None, help="cuda:N or sim:N (default: the default)")
+    add_output_arguments(parser)
+    options = parser.parse_args(argv)
+    device = vram.default_device() if options.device is None else vram.device(options.device)
+    vram.set_device(device)
+    return options, device
+
+
 def write_result(name: str, device: object, rows: list[dict], out: Path | None = None) -> Path:
     """Write ``rows`` as the result of benchmark ``name`` on ``device``; returns the path.
 
