@@ -363,11 +363,10 @@ def tables(dtype: str) -> tuple:
             TALL_FROM, AHEAD_FROM, SWAP_TILES)  # fmt: skip
 
 
-def look_ahead(dtype: str, m: int, n: int, batch: int, clusters: bool) -> bool:
-    """Whether ``factor`` runs the next panel while the rest of a step's update runs."""
-    if not clusters or not _takes(AHEAD_FROM, min(m, n), batch):
-        return False
-    return supports(dtype, m, n, batch, clusters)
+def look_ahead(m: int, n: int, batch: int, clusters: bool) -> bool:
+    """Whether ``factor`` should run each next panel while the rest of a step's update runs,
+    for ``batch`` m x n matrices it supports."""
+    return clusters and _takes(AHEAD_FROM, min(m, n), batch)
 
 
 def factor(
@@ -401,9 +400,9 @@ def factor(
     own = (lu, stride, 1, m)
     contexts: dict[int, Any] = {}
 
-    def panel(s: Any, k0: int, jb: int, read: Source, update: int = 0) -> None:
-        libs.lu_panel(s, dtype, config_at(k0), lu, stride, m, batch, read, k0, jb, pivots, k,
-                      info, pivot, update)  # fmt: skip
+    def panel(s: Any, config: PanelConfig, k0: int, jb: int, read: Source, update: int = 0) -> None:
+        libs.lu_panel(s, dtype, config, lu, stride, m, batch, read, k0, jb, pivots, k, info,
+                      pivot, update)  # fmt: skip
 
     def config_at(k0: int) -> PanelConfig:
         return panel_config(dtype, m - k0, batch, clusters)
@@ -426,27 +425,30 @@ def factor(
             update(s, k0, jb, (k0 + jb, n))
 
     k0 = 0
-    jb = min(config_at(0).width, k)
+    config = config_at(0)
+    jb = min(config.width, k)
     read = own
     if source is not None:
-        if not _covers(config_at(0), m, n):
+        if not _covers(config, m, n):
             raise ValueError("source: only a matrix that one panel covers is read in place")
         read = source
     if ahead is None or jb >= k:
         while True:
-            panel(stream, k0, jb, read if k0 == 0 else own)
+            panel(stream, config, k0, jb, read if k0 == 0 else own)
             whole_step(stream, k0, jb)
             k0 += jb
             if k0 >= k:
                 return
-            jb = min(config_at(k0).width, k - k0)
+            config = config_at(k0)
+            jb = min(config.width, k - k0)
     side = ahead.side
     ahead.start.record(stream)
     side.wait_event(ahead.start)
-    panel(stream, k0, jb, own)
+    panel(stream, config, k0, jb, own)
     while k0 + jb < k:
         after = k0 + jb  # the next panel: [after, after + jb2)
-        jb2 = min(config_at(after).width, k - after)
+        config = config_at(after)
+        jb2 = min(config.width, k - after)
         ahead.panel.record(stream)
         side.wait_event(ahead.panel)
         left = (0, k0 if pivot else 0)
@@ -457,11 +459,11 @@ def factor(
             update(side, k0, jb, rest)
         ahead.done.record(side)
         swap(stream, k0, jb, ((after, after + jb2), (n, n)))
-        if updates_first(config_at(after)):  # the panel kernel updates its columns itself
-            panel(stream, after, jb2, own, jb)
+        if updates_first(config):  # the panel kernel updates its columns itself
+            panel(stream, config, after, jb2, own, jb)
         else:
             update(stream, k0, jb, (after, after + jb2))
-            panel(stream, after, jb2, own)
+            panel(stream, config, after, jb2, own)
         stream.wait_event(ahead.done)  # (the next panel's columns: step k0's update is done)
         k0, jb = after, jb2
     whole_step(stream, k0, jb)

@@ -245,11 +245,15 @@ class CudaLibs:
         handle = self.blas.handle(index)
         self.blas.use_device(index)
         self.blas.set_stream(handle, s.cuda_stream)
-        props = s.device.driver.properties(index)
-        size = cublas_workspace_size(props.major, props.minor)
-        workspace = memory.get_workspace(size, library="cublas", device=s.device, stream=s)
-        self.blas.set_workspace(handle, workspace, size)
+        self.blas.set_workspace(handle, *self._cublas_workspace(s))
         return handle
+
+    @staticmethod
+    def _cublas_workspace(s: Stream) -> tuple[int, int]:
+        """(pointer, bytes): the cuBLAS workspace of stream ``s``, of vram.blas's size."""
+        props = s.device.driver.properties(s.device.index)
+        size = cublas_workspace_size(props.major, props.minor)
+        return memory.get_workspace(size, library="cublas", device=s.device, stream=s), size
 
     def getrf_batched(
         self,
@@ -398,20 +402,13 @@ class CudaLibs:
         handle = self.blas.handle(index)
         self.blas.use_device(index)
         self.blas.set_math_mode(handle, self.blas.DEFAULT_MATH)
-        size = self._cublas_workspace_size(s)
-        workspace = self.lu_update_workspace(s)
+        workspace, size = self._cublas_workspace(s)
         scalars = np.array([-1, 1], dtype=np.float32 if dtype == "float32" else np.float64)
         return handle, (s.cuda_stream, workspace, size), scalars, scalars.ctypes.data
 
     def lu_update_workspace(self, s: Stream) -> int:
         """The workspace of ``lu_update``'s GEMMs on ``s``: its cuBLAS workspace."""
-        size = self._cublas_workspace_size(s)
-        return memory.get_workspace(size, library="cublas", device=s.device, stream=s)
-
-    @staticmethod
-    def _cublas_workspace_size(s: Stream) -> int:
-        props = s.device.driver.properties(s.device.index)
-        return cublas_workspace_size(props.major, props.minor)
+        return self._cublas_workspace(s)[0]
 
     def lu_update(
         self,

@@ -188,7 +188,7 @@ def _factor_blocked(
     stream = current_stream(device)
     libs = libs_for(device.type)
     ipiv = pivots.data_ptr()
-    if read is None and _blocked.look_ahead(dtype, m, n, batch, clusters):
+    if read is None and _blocked.look_ahead(m, n, batch, clusters):  # (plan: supported)
         _factor_ahead(libs, stream, lu, ipiv, info, pivot, dtype, m, n, batch, clusters)
     else:
         _blocked.factor(libs, stream, dtype, m, n, batch, lu.data_ptr(), ipiv, info.data_ptr(),
