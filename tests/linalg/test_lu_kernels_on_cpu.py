@@ -264,10 +264,15 @@ def test_one_panel_reads_the_input_in_place(kernels, monkeypatch, dtype, layout)
     np.testing.assert_allclose(lu, want_lu, rtol=TOL[dtype], atol=TOL[dtype])
 
 
-@pytest.mark.parametrize("table", ["narrow", "mixed", "tall"])
-def test_singular_matrices_and_ties(kernels, monkeypatch, table):
+@pytest.mark.parametrize(
+    "table, ahead",
+    [("narrow", False), ("mixed", False), ("tall", False), ("narrow", True)],
+    ids=["narrow", "mixed", "tall", "narrow, looking ahead"],
+)
+def test_singular_matrices_and_ties(kernels, monkeypatch, table, ahead):
     """Zero pivots in a later panel and in the first column: info is the first, the
-    factorization runs to the end; equal magnitudes pick the first row (LAPACK's i?amax)."""
+    factorization runs to the end; equal magnitudes pick the first row (LAPACK's i?amax).
+    ``ahead``: also every interchange of a step composed in the next panel's kernel."""
     use(monkeypatch, table)
     rng = np.random.default_rng(2)
     a = rng.standard_normal((4, 50, 50))
@@ -275,7 +280,7 @@ def test_singular_matrices_and_ties(kernels, monkeypatch, table):
     a[1, :, 0] = 0
     a[2] = 0
     a[3] = np.round(rng.standard_normal((50, 50)))  # many ties among small integers
-    lu, pivots, info = factor_on_cpu(kernels, a)
+    lu, pivots, info = factor_on_cpu(kernels, a, ahead=ahead)
     want_lu, want_pivots, want_info = expected(a)
     np.testing.assert_array_equal(info, [21, 1, 1, 0])
     np.testing.assert_array_equal(info, want_info)
@@ -283,11 +288,15 @@ def test_singular_matrices_and_ties(kernels, monkeypatch, table):
     np.testing.assert_allclose(lu, want_lu, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("table", ["two warps", "mixed", "tall wide"])
-def test_without_pivoting(kernels, monkeypatch, table):
+@pytest.mark.parametrize(
+    "table, ahead",
+    [("two warps", False), ("mixed", False), ("tall wide", False), ("mixed", True)],
+    ids=["two warps", "mixed", "tall wide", "mixed, looking ahead"],
+)
+def test_without_pivoting(kernels, monkeypatch, table, ahead):
     use(monkeypatch, table)
     a = np.random.default_rng(3).standard_normal((2, 70, 70)) + 30 * np.eye(70)
-    lu, pivots, info = factor_on_cpu(kernels, a, pivot=False)
+    lu, pivots, info = factor_on_cpu(kernels, a, pivot=False, ahead=ahead)
     want_lu, _, want_info = expected(a, pivot=False)
     np.testing.assert_array_equal(pivots, 0)  # untouched: vram writes 1..k after
     np.testing.assert_array_equal(info, want_info)

@@ -91,8 +91,9 @@ WARP_PANEL = PanelConfig(32, 1, 32)  # the one-warp kernel's shape (``panel_warp
 
 
 def updates_first(config: PanelConfig) -> bool:
-    """Whether the panel kernel of ``config`` can apply the previous panel's update of its
-    columns itself (``panel``'s ``update_first``; not ``panel_warp`` nor ``panel_tall``)."""
+    """Whether the panel kernel of ``config`` can apply the previous step to its own columns
+    itself, interchanges, U12 and update (``panel``'s ``update_first``; not ``panel_warp``
+    nor ``panel_tall``)."""
     return config.sub == 0 and config != WARP_PANEL
 
 
@@ -202,7 +203,10 @@ CLUSTER_FROM: tuple[tuple[int, int], ...] = ((32, 257),)
 # slower than in turn in a probe (4096: 10.9 against 12.3, but 2048: 7.18 against 4.18):
 # twice the launches, and the host's time a step exceeded the GPU's. The panel kernel
 # applying the previous step's update of its own columns (``updates_first``), instead of a
-# cuBLAS GEMM of 32 columns before it: 4096 x 1 10.45 -> 9.72 ms in that probe.
+# cuBLAS GEMM of 32 columns before it: 4096 x 1 10.45 -> 9.72 ms in that probe; its
+# interchanges and U12 too, instead of a swap_trsm launch of 32 columns before it (9.5 to
+# 13 us each on the panels' stream, its critical path): graph 9.75 -> 9.32 ms at 4096, the
+# same within 2% at 512 to 2048 (the panel kernel's own start took 3 to 7 us longer).
 AHEAD_FROM: tuple[tuple[int, int], ...] = ((4, 512),)
 SWAP_WIDTH = 32  # swap_trsm's widest panel
 # swap_trsm's blocks, (warps, columns a block), a warp taking one column at a time: wide
@@ -391,7 +395,8 @@ def factor(
 
     ``ahead``: look ahead (LAPACK's getrf does not; MAGMA's does). Step k's interchanges,
     U12 and update go first to the next panel's columns, on ``stream``, which then factors
-    that panel while ``ahead.side`` applies step k to every other column: the panels, which
+    that panel (one launch where the panel kernel applies them itself: ``updates_first``)
+    while ``ahead.side`` applies step k to every other column: the panels, which
     leave most of the GPU idle, run beside the large GEMMs instead of between them. The
     panels' stream should be of a higher priority than the side's. ``ahead.side`` waits for
     ``stream`` at the start, and ``stream`` for each of its steps."""
@@ -458,10 +463,10 @@ def factor(
         if rest[1] > rest[0]:
             update(side, k0, jb, rest)
         ahead.done.record(side)
-        swap(stream, k0, jb, ((after, after + jb2), (n, n)))
-        if updates_first(config):  # the panel kernel updates its columns itself
+        if updates_first(config):  # the panel kernel applies step k0 to its columns itself
             panel(stream, config, after, jb2, own, jb)
         else:
+            swap(stream, k0, jb, ((after, after + jb2), (n, n)))
             update(stream, k0, jb, (after, after + jb2))
             panel(stream, config, after, jb2, own)
         stream.wait_event(ahead.done)  # (the next panel's columns: step k0's update is done)

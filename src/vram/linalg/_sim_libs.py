@@ -347,18 +347,19 @@ class SimLibs:
         def run() -> None:
             h = m - k0
             read = self._strided(s, src, (batch, m, k0 + jb), (src_batch, src_row, src_col), dtype)
-            panel = np.array(read[:, k0:, k0:])
-            if update:  # the previous panel's update of these columns first (see the kernel)
-                a = self._factors(s, lu, stride, m, k0 + jb, batch, dtype)
+            if update:  # the previous step on these columns first (see the kernel)
                 first = k0 - update
+                a = self._factors(s, lu, stride, m, k0 + jb, batch, dtype)
+                columns = np.arange(k0, k0 + jb)
+                _swap_solve(a, self._pivots(s, pivots, batch, k), first, update, columns, pivot)
                 with np.errstate(all="ignore"):
-                    panel -= np.matmul(a[:, k0:, first:k0], a[:, first:k0, k0:])
+                    a[:, k0:, k0:] -= np.matmul(a[:, k0:, first:k0], a[:, first:k0, k0:])
+            panel = np.array(read[:, k0:, k0:])
             found, infos = _reference.getrf(panel, pivot=pivot)
             out = self._strided(s, lu, (batch, m, k0 + jb), (stride, 1, m), dtype)
             out[:, k0:, k0:] = panel[:, :h, :jb]
             if pivot:
-                ipiv = self._array(s, pivots, batch * k, np.int32).reshape(batch, k)
-                ipiv[:, k0 : k0 + jb] = found + k0
+                self._pivots(s, pivots, batch, k)[:, k0 : k0 + jb] = found + k0
             slots = self._array(s, info, batch, np.int32)
             shifted = np.where(infos != 0, infos + k0, 0)
             slots[:] = shifted if k0 == 0 else np.where(slots != 0, slots, shifted)
@@ -386,21 +387,12 @@ class SimLibs:
         def run() -> None:
             a = self._factors(s, lu, stride, m, n, batch, dtype)
             others = np.r_[c0:c1, d0:d1]
-            block = np.array(a[:, k0:, others])  # (batch, m - k0, columns), row-major
-            if pivot:
-                ipiv = self._array(s, pivots, batch * k, np.int32).reshape(batch, k)
-                _reference._swap(block, ipiv[:, k0 : k0 + jb].astype(np.int64) - 1 - k0)
-            right = others >= k0 + jb
-            if right.any():
-                lower = np.array(a[:, k0 : k0 + jb, k0 : k0 + jb])
-                solved = np.array(block[:, :jb][:, :, right])
-                with np.errstate(all="ignore"):
-                    _reference._solve_lower(lower, solved, unit=True)
-                top = block[:, :jb]
-                top[:, :, right] = solved
-            a[:, k0:, others] = block
+            _swap_solve(a, self._pivots(s, pivots, batch, k), k0, jb, others, pivot)
 
         self._queue(s, run)
+
+    def _pivots(self, s: Stream, pivots: int, batch: int, k: int) -> np.ndarray:
+        return self._array(s, pivots, batch * k, np.int32).reshape(batch, k)
 
     def lu_update_context(self, s: Stream, dtype: str) -> Stream:
         return s
@@ -456,3 +448,23 @@ class SimLibs:
             self._factors(s, x, n * nrhs, n, nrhs, batch, dtype)[...] = rhs
 
         self._queue(s, run)
+
+
+def _swap_solve(
+    a: np.ndarray, ipiv: np.ndarray, k0: int, jb: int, others: np.ndarray, pivot: bool
+) -> None:
+    """swap_trsm on ``a`` (batch, m, n), in place: the interchanges of the panel [k0, k0 +
+    jb) (``ipiv`` (batch, k), 1-based) applied to the columns ``others``, and those right
+    of the panel solved with its unit lower triangle (rows [k0, k0 + jb) <- L11^-1 them)."""
+    block = np.array(a[:, k0:, others])  # (batch, m - k0, columns), row-major
+    if pivot:
+        _reference._swap(block, ipiv[:, k0 : k0 + jb].astype(np.int64) - 1 - k0)
+    right = others >= k0 + jb
+    if right.any():
+        lower = np.array(a[:, k0 : k0 + jb, k0 : k0 + jb])
+        solved = np.array(block[:, :jb][:, :, right])
+        with np.errstate(all="ignore"):
+            _reference._solve_lower(lower, solved, unit=True)
+        top = block[:, :jb]
+        top[:, :, right] = solved
+    a[:, k0:, others] = block

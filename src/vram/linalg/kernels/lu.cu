@@ -134,8 +134,9 @@ struct PanelArgs {
     i64 k0;           // the panel's first column (and row)
     i64 jb;           // its width, at most NB
     i64 pivot;        // 0: no row interchanges
-    i64 update;       // > 0 (``panel`` only): the previous panel's width, whose update of
-                      // this panel's columns (A -= L21 U12) the panel applies first
+    i64 update;       // > 0 (``panel`` only): the previous panel's width, whose step on
+                      // this panel's columns (interchanges, U12, A -= L21 U12) the panel
+                      // applies first (the look-ahead's: ``previous_step``)
 };
 
 // LAPACK's interchange of rows c and p, as positions: the row at p goes to c and the row
@@ -150,6 +151,44 @@ __device__ __forceinline__ void interchange(P (&pos)[R], i64 c, i64 p) {
             pos[r] = (P)p;
         }
     }
+}
+
+// LAPACK applies a panel's interchanges one after another: rows c and target[c] (counted
+// from the panel's first row, target[c] >= c), for c in order. A warp composes them into
+// one gather: lane i < jb learns the row whose value ends in row i (``top``), and lane t <
+// ``moved`` the t-th row below the panel's rows that changes (``out_row``) and the row its
+// value comes from (``out_src``: always one of the panel's rows, since a row below only
+// ever takes the value that row c holds when its turn comes, one of theirs). Every value a
+// column needs can then be read at once, and written after: one memory latency, not one
+// per interchange.
+struct Gather {
+    int top, out_row, out_src, moved;
+};
+
+__device__ __forceinline__ Gather compose(const int* target, int jb, int lane) {
+    const unsigned all = 0xffffffffu;
+    Gather g{lane, -1, -1, 0};
+    for (int c = 0; c < jb; ++c) {
+        const int r = target[c];  // the same in every lane
+        if (r == c) continue;
+        if (r < jb) {  // two of the panel's rows
+            const int at_c = __shfl_sync(all, g.top, c), at_r = __shfl_sync(all, g.top, r);
+            if (lane == c) g.top = at_r;
+            if (lane == r) g.top = at_c;
+        } else {  // a row below them: its slot in the list, new or not
+            const unsigned found = __ballot_sync(all, g.out_row == r);
+            const int slot = found ? __ffs((int)found) - 1 : g.moved;
+            if (!found) {
+                if (lane == slot) g.out_row = g.out_src = r;
+                ++g.moved;
+            }
+            const int at_c = __shfl_sync(all, g.top, c);
+            const int at_r = __shfl_sync(all, g.out_src, slot);
+            if (lane == c) g.top = at_r;
+            if (lane == slot) g.out_src = at_c;
+        }
+    }
+    return g;
 }
 
 // info of matrix b after a panel whose first zero pivot is ``first_zero`` (0: none): the
@@ -260,22 +299,103 @@ __device__ __forceinline__ void load16(T (&u)[16 / sizeof(T)], const T* row) {
 // scan. Offers and inboxes alternate between two buffers by column parity: a block sends
 // column c + 1's offer only after it took every offer of column c, which every block sent
 // after it had read its inbox of column c - 1, so no offer lands on one still read.
-// The look-ahead's update of this panel's columns by the previous panel, [k0 - p, k0) with
-// p = args.update, before the panel is factored: each row of the panel (rows k0.. of its
-// columns, in ``a``) less its row of L21 (columns k0 - p.., final) times U12 (rows k0 - p..k0
-// of the panel's columns, solved by swap_trsm), which the block first loads. (NB is a
-// multiple of 8, and p at most NB.)
-template <typename T, int THREADS, int R, int NB>
-__device__ __forceinline__ void update_first(const PanelArgs& args, i64 b, unsigned rank,
-                                             T (&a)[R][NB], T (&upper)[NB][NB]) {
-    static_assert(NB % 8 == 0, "the L21 row is read 8 columns at a time");
-    const i64 m = args.m, k0 = args.k0, jb = args.jb, p = args.update;
+// The look-ahead's step before a panel (``args.update`` = p > 0): the previous panel's
+// [k0 - p, k0) interchanges, U12 and update, applied to this panel's columns alone (what
+// swap_trsm and the GEMM do to the others), before the panel is factored.
+// ``previous_step`` first, before the panel's rows are read: the interchanges composed
+// (``compose``, every warp alike) into the list of this panel's rows that take the value
+// of one of the previous panel's rows, which the rows' loads then read instead (``row_of``);
+// and U12 (those rows of these columns, gathered, then times L11^-1, a lane a column) into
+// ``prev.upper``. Then ``update_first``: each row of the panel (rows k0.. of its columns, in
+// ``a``) less its row of L21 (final: columns k0 - p.., in the previous panel) times U12.
+// The kernel stores U12 at the end, once every block of the cluster has read what it
+// replaces. (NB is a multiple of 8, and p at most NB.)
+template <typename T, int NB> struct Previous {
+    T lower[NB][NB + 1];  // the previous panel's L11 (unit lower)
+    T upper[NB][NB];      // U12 of this panel's columns (zero beyond p rows, jb columns)
+    int target[NB];       // its interchanges: row c swaps with row target[c] (from k0 - p)
+    int top[32];          // the previous panel's row (from k0 - p) whose values row j takes
+    int row[NB];          // the rows of this panel (from k0) that they change
+    int from[NB];         // and the previous panel's row (from k0 - p) each takes
+    int moved;
+};
+
+template <typename T, int THREADS, int NB>
+__device__ __forceinline__ void previous_step(const PanelArgs& args, i64 b,
+                                              Previous<T, NB>& prev) {
+    constexpr int WARPS = THREADS / 32;
+    const i64 m = args.m, k0 = args.k0, jb = args.jb;
+    const int p = (int)args.update;
+    const i64 q0 = k0 - p;  // the previous panel's first row and column
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const T* lu = reinterpret_cast<const T*>(args.lu) + b * args.lu_stride;
-    for (int e = threadIdx.x; e < NB * NB; e += THREADS) {
-        const int j = e % NB, c = e / NB;
-        upper[j][c] = (j < p && c < jb) ? lu[(k0 - p + j) + (k0 + c) * m] : T(0);
+    if (tid < p) {
+        const int* ipiv = reinterpret_cast<const int*>(args.ipiv) + b * args.ipiv_stride;
+        prev.target[tid] = args.pivot ? (int)(ipiv[q0 + tid] - 1 - q0) : tid;
     }
     __syncthreads();
+    if (warp == 0) {  // the interchanges composed
+        const Gather g = compose(prev.target, p, lane);
+        prev.top[lane] = g.top;
+        if (lane < g.moved) {
+            prev.row[lane] = g.out_row - p;
+            prev.from[lane] = g.out_src;
+        }
+        if (lane == 0) prev.moved = g.moved;
+    }
+    // L11: by the warps after the first (a block of one warp: by it, once it composed)
+    constexpr int LOADERS = WARPS > 1 ? THREADS - 32 : THREADS;
+    for (int e = WARPS > 1 ? tid - 32 : tid; e >= 0 && e < p * p; e += LOADERS) {
+        const int i = e % p, c = e / p;
+        prev.lower[i][c] = lu[(q0 + i) + (q0 + c) * m];
+    }
+    __syncthreads();
+    for (int c = warp; c < NB; c += WARPS) {  // the rows of U12, gathered (lane j: row j)
+        if (lane < NB) {
+            prev.upper[lane][c] =
+                (c < jb && lane < p) ? lu[(q0 + prev.top[lane]) + (k0 + c) * m] : T(0);
+        }
+    }
+    __syncthreads();
+    if (warp == 0 && lane < NB) {  // times L11^-1: lane c solves column c
+        T x[NB];
+#pragma unroll
+        for (int j = 0; j < NB; ++j) x[j] = prev.upper[j][lane];
+#pragma unroll
+        for (int j = 0; j < NB; ++j) {
+#pragma unroll
+            for (int i = j + 1; i < NB; ++i) {
+                if (i < p) x[i] -= prev.lower[i][j] * x[j];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NB; ++j) prev.upper[j][lane] = x[j];
+    }
+    __syncthreads();
+}
+
+// the row (from the matrix's first) whose values row i of the panel (from k0) holds once
+// the previous step's interchanges are applied (``previous_step``'s list; no step: i's own)
+template <typename T, int NB>
+__device__ __forceinline__ i64 row_of(const PanelArgs& args, const Previous<T, NB>& prev,
+                                      i64 i) {
+    i64 found = args.k0 + i;
+    if (args.update > 0) {
+        const int moved = prev.moved;
+        for (int t = 0; t < moved; ++t) {
+            if (prev.row[t] == i) found = args.k0 - args.update + prev.from[t];
+        }
+    }
+    return found;
+}
+
+template <typename T, int THREADS, int R, int NB>
+__device__ __forceinline__ void update_first(const PanelArgs& args, i64 b, unsigned rank,
+                                             T (&a)[R][NB], const Previous<T, NB>& prev) {
+    static_assert(NB % 8 == 0, "the L21 row is read 8 columns at a time");
+    const i64 m = args.m, k0 = args.k0;
+    const int p = (int)args.update;
+    const T* lu = reinterpret_cast<const T*>(args.lu) + b * args.lu_stride;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         const i64 i = ((i64)rank * R + r) * THREADS + threadIdx.x;
@@ -289,7 +409,7 @@ __device__ __forceinline__ void update_first(const PanelArgs& args, i64 b, unsig
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
 #pragma unroll
-                for (int c = 0; c < NB; ++c) a[r][c] -= l[j] * upper[j0 + j][c];
+                for (int c = 0; c < NB; ++c) a[r][c] -= l[j] * prev.upper[j0 + j][c];
             }
         }
     }
@@ -303,7 +423,7 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
     // a cluster's: every block's offer, and the mbarriers that count their bytes
     __shared__ Offer<T, NB> inbox[2][CLUSTER];
     __shared__ u64 arrived[2];
-    __shared__ T upper[NB][NB];  // U12 of the previous panel, for ``update_first``
+    __shared__ Previous<T, NB> prev;  // the look-ahead's previous step (``update_first``)
 
     const i64 b = blockIdx.x / CLUSTER;
     const unsigned rank = blockIdx.x % CLUSTER;
@@ -315,18 +435,24 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
     const bool pivot = args.pivot != 0;
     const bool leader = rank == 0 && tid == 0;  // writes pivots and info
 
+    if (args.update > 0) previous_step<T, THREADS, NB>(args, b, prev);
     T a[R][NB];
     i64 pos[R];  // where each of this thread's rows is now (-1: no row)
     const T* src = reinterpret_cast<const T*>(args.src) + b * args.src_batch;
+    i64 from[R];  // the row each of this thread's rows reads
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         const i64 i = ((i64)rank * R + r) * THREADS + tid;
         pos[r] = i < h ? i : -1;
-        const T* row = src + (k0 + i) * args.src_row + k0 * args.src_col;
-#pragma unroll
-        for (int c = 0; c < NB; ++c) a[r][c] = (i < h && c < jb) ? row[c * args.src_col] : T(0);
+        from[r] = row_of(args, prev, i);
     }
-    if (args.update > 0) update_first<T, THREADS, R, NB>(args, b, rank, a, upper);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const T* row = src + from[r] * args.src_row + k0 * args.src_col;
+#pragma unroll
+        for (int c = 0; c < NB; ++c) a[r][c] = (pos[r] >= 0 && c < jb) ? row[c * args.src_col] : T(0);
+    }
+    if (args.update > 0) update_first<T, THREADS, R, NB>(args, b, rank, a, prev);
 
     if constexpr (CLUSTER > 1) {
         if (tid == 0) {
@@ -453,7 +579,7 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
     }
 
     // (a block of a cluster may leave: every offer sent to it has arrived, none is read
-    // remotely)
+    // remotely; and every block has read what U12 replaces, before it sent its first offer)
     if (leader) record_info(args, b, (int)first_zero);
     T* out = reinterpret_cast<T*>(args.lu) + b * args.lu_stride;
 #pragma unroll
@@ -464,6 +590,13 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
             for (int c = 0; c < NB; ++c) {
                 if (c < jb) row[c * m] = a[r][c];
             }
+        }
+    }
+    if (args.update > 0 && rank == 0) {
+        const int p = (int)args.update;
+        for (int e = tid; e < p * NB; e += THREADS) {
+            const int j = e % p, c = e / p;
+            if (c < jb) out[(k0 - p + j) + (k0 + c) * m] = prev.upper[j][c];
         }
     }
 }
@@ -793,14 +926,8 @@ __device__ __forceinline__ i64 taken(const SwapArgs& args, i64 t) {
 // outside the panel [k0, k0 + jb), or a part of them: see _blocked's look-ahead), and in
 // those right of the panel rows [k0, k0 + jb) <- L11^-1 rows [k0, k0 + jb) (L11 unit lower,
 // from the panel). blockIdx.x is the matrix, blockIdx.y a tile of COLS of those columns; a
-// warp takes one column at a time (lane i: row k0 + i), COLS / WARPS of them.
-//
-// LAPACK applies the interchanges one after another (rows k0 + c and ipiv[k0 + c] - 1, for
-// c in order). Each warp first composes them into one gather: lane i < jb learns the row
-// whose value ends in row k0 + i (``top``), and lane t < moved the t-th row below the
-// panel's rows that changes (``out_row``) and the row its value comes from (``out_src``).
-// A column then reads every value it needs at once, and writes them after: one memory
-// latency a column, not one per interchange.
+// warp takes one column at a time (lane i: row k0 + i), COLS / WARPS of them, after each
+// warp composed the interchanges into one gather (``compose``).
 template <typename T, int NB, int WARPS, int COLS>
 __global__ void __launch_bounds__(WARPS * 32) swap_trsm(const SwapArgs args) {
     static_assert(NB <= 32 && COLS % WARPS == 0, "a lane per panel row; whole warps");
@@ -830,35 +957,16 @@ __global__ void __launch_bounds__(WARPS * 32) swap_trsm(const SwapArgs args) {
     }
     __syncthreads();
 
-    int top = lane, out_row = -1, out_src = -1, moved = 0;  // rows counted from k0
-    for (int c = 0; c < jb; ++c) {
-        const int r = target[c];  // the same in every lane
-        if (r == c) continue;
-        if (r < jb) {  // two of the panel's rows
-            const int at_c = __shfl_sync(all, top, c), at_r = __shfl_sync(all, top, r);
-            if (lane == c) top = at_r;
-            if (lane == r) top = at_c;
-        } else {  // a row below them: its slot in the list, new or not
-            const unsigned found = __ballot_sync(all, out_row == r);
-            const int slot = found ? __ffs((int)found) - 1 : moved;
-            if (!found) {
-                if (lane == slot) out_row = out_src = r;
-                ++moved;
-            }
-            const int at_c = __shfl_sync(all, top, c), at_r = __shfl_sync(all, out_src, slot);
-            if (lane == c) top = at_r;
-            if (lane == slot) out_src = at_c;
-        }
-    }
+    const Gather g = compose(target, jb, lane);
 
     for (int t = warp; t < COLS; t += WARPS) {
         if (tile + t >= count) break;  // the same in every lane of the warp
         const i64 j = taken(args, tile + t);
         T* col = a + k0 + j * m;
-        T x = lane < jb ? col[top] : T(0);
-        const T y = lane < moved ? col[out_src] : T(0);
+        T x = lane < jb ? col[g.top] : T(0);
+        const T y = lane < g.moved ? col[g.out_src] : T(0);
         __syncwarp();  // every read of the column before any write
-        if (lane < moved) col[out_row] = y;
+        if (lane < g.moved) col[g.out_row] = y;
         if (j > k0) {
             for (int c = 0; c + 1 < jb; ++c) {
                 const T xc = __shfl_sync(all, x, c);
