@@ -197,9 +197,9 @@ CLUSTER_FROM: tuple[tuple[int, int], ...] = ((32, 257),)
 # (largest batch, fewest of min(m, n)) that ``factor`` looks ahead for, on devices with
 # clusters (where it was measured). From an H100 (bench/results/linalg_ahead-*.json), fp32
 # lu_factor_ex, ms, looking ahead (replayed as a graph, see ``_lu``) / in turn: one matrix
-# 512 0.777 / 1.341, 1024 1.66 / 2.50, 2048 3.72 / 4.73, 4096 9.79 / 12.31; batches 1024 x
-# 4 1.83 / 2.36, 2048 x 2 3.94 / 4.63, 2048 x 4 4.88 / 6.05, 4096 x 2 13.5 / 18.5 (float64
-# 4096: 13.05 / 17.32). Queued from Python each call, without the graph, looking ahead was
+# 512 0.769 / 0.990, 1024 1.65 / 1.75, 2048 3.72 / 4.04, 4096 9.29 / 12.26; batches 1024 x
+# 4 1.79 / 1.94, 2048 x 2 3.85 / 4.53, 2048 x 4 4.83 / 6.04, 4096 x 2 13.5 / 18.5 (float64
+# 4096: 12.58 / 17.22). Queued from Python each call, without the graph, looking ahead was
 # slower than in turn in a probe (4096: 10.9 against 12.3, but 2048: 7.18 against 4.18):
 # twice the launches, and the host's time a step exceeded the GPU's. The panel kernel
 # applying the previous step's update of its own columns (``updates_first``), instead of a

@@ -125,10 +125,14 @@ class Crossover:
 # above. From an H100 (bench/results/linalg_ahead-cuda0-2026-11-23.json, ms of
 # lu_factor_ex; blocked looking ahead / in turn / cuSOLVER):
 #
-#   float32   512 x 1  0.777 / 1.341 / 0.960    float64   512 x 1  0.973 / 1.307 / 1.052
-#            1024 x 1  1.66  / 2.50  / 2.05              1024 x 1  2.08  / 2.40  / 2.40
-#            2048 x 1  3.72  / 4.73  / 4.89              2048 x 1  4.68  / 4.99  / 5.85
-#            4096 x 1  9.79  / 12.31 / 12.52             4096 x 1  13.05 / 17.32 / 14.30
+#   float32   512 x 1  0.769 / 0.990 / 0.954    float64   512 x 1  0.925 / 0.919 / 1.045
+#            1024 x 1  1.65  / 1.75  / 2.04              1024 x 1  1.96  / 1.97  / 2.39
+#            2048 x 1  3.72  / 4.04  / 4.88              2048 x 1  4.51  / 4.84  / 5.83
+#            4096 x 1  9.29  / 12.26 / 12.49             4096 x 1  12.58 / 17.22 / 14.29
+#
+# ("In turn" is queued from Python, and bound by the host below 4096: the first run of this
+# table, on a slower host, had it at 1.34 ms at 512 and 2.50 at 1024, the look-ahead at
+# 0.777 and 1.66.)
 #
 # (Before the look-ahead, blocked lost to cuSOLVER at 512 (1.55 / 1.11) and only matched it
 # at 4096, and doubles lost at 4096 (19.5 / 14.6).)
