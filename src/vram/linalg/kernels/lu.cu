@@ -303,7 +303,7 @@ __device__ __forceinline__ void load16(T (&u)[16 / sizeof(T)], const T* row) {
 // [k0 - p, k0) interchanges, U12 and update, applied to this panel's columns alone (what
 // swap_trsm and the GEMM do to the others), before the panel is factored.
 // ``previous_step`` first, before the panel's rows are read: the interchanges composed
-// (``compose``, every warp alike) into the list of this panel's rows that take the value
+// (``compose``, by the first warp) into the list of this panel's rows that take the value
 // of one of the previous panel's rows, which the rows' loads then read instead (``row_of``);
 // and U12 (those rows of these columns, gathered, then times L11^-1, a lane a column) into
 // ``prev.upper``. Then ``update_first``: each row of the panel (rows k0.. of its columns, in
@@ -314,7 +314,8 @@ template <typename T, int NB> struct Previous {
     T lower[NB][NB + 1];  // the previous panel's L11 (unit lower)
     T upper[NB][NB];      // U12 of this panel's columns (zero beyond p rows, jb columns)
     int target[NB];       // its interchanges: row c swaps with row target[c] (from k0 - p)
-    int top[32];          // the previous panel's row (from k0 - p) whose values row j takes
+    int top[32];          // the previous panel's row (from k0 - p) whose values row j
+                          // takes (a slot a lane: lanes past p keep their own)
     int row[NB];          // the rows of this panel (from k0) that they change
     int from[NB];         // and the previous panel's row (from k0 - p) each takes
     int moved;
@@ -450,7 +451,9 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
     for (int r = 0; r < R; ++r) {
         const T* row = src + from[r] * args.src_row + k0 * args.src_col;
 #pragma unroll
-        for (int c = 0; c < NB; ++c) a[r][c] = (pos[r] >= 0 && c < jb) ? row[c * args.src_col] : T(0);
+        for (int c = 0; c < NB; ++c) {
+            a[r][c] = (pos[r] >= 0 && c < jb) ? row[c * args.src_col] : T(0);
+        }
     }
     if (args.update > 0) update_first<T, THREADS, R, NB>(args, b, rank, a, prev);
 
