@@ -383,3 +383,18 @@ def test_device_mallocs_are_constant_in_the_batch_on_the_gpu():
         assert small[:2] == large[:2], counts
         # warm: LU, and pivots with info (and cuBLAS's pointer array); workspaces are kept
         assert small[1] == (3 if small[2] == "cublas" else 2), counts
+
+
+@pytest.mark.parametrize(
+    "values, expected",
+    [([0, 0, 0], None), ([0, 0, 3, 0, 5], (2, 3)), ([-4, 7], (0, -4)),
+     ([0] * 7777 + [9] + [0] * 100 + [2] * 2000, (7777, 9))],
+)  # fmt: skip
+def test_first_nonzero_on_the_gpu(values, expected):
+    """check_errors's kernel: one block finds the first nonzero info, written to pinned
+    memory; the same answers as the sim's (tests/linalg/test_linalg_sim.py)."""
+    from vram.linalg import _libs
+
+    info = vram.tensor(np.array(values, np.int32), device=CUDA)
+    stream = vram.current_stream(vram.device(CUDA))
+    assert _libs.libs_for("cuda").first_nonzero(stream, info.data_ptr(), info.numel()) == expected

@@ -26,7 +26,7 @@ def test_the_kernels_compile_to_a_cubin(program):
 
 def test_every_instance_has_a_symbol(program):
     names = kernel_names()
-    assert len(names) == 14
+    assert len(names) == 15
     for name in names:
         assert program.lowered_names[name].startswith("_Z"), name
 

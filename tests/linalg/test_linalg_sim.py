@@ -8,7 +8,7 @@ import pytest
 from linalg_helpers import DTYPES, IDS, close, random
 
 import vram
-from vram.linalg import LinAlgError, _reference
+from vram.linalg import LinAlgError, _libs, _reference
 
 BATCHES = [(), (3,), (2, 2)]
 
@@ -200,6 +200,23 @@ def test_singular_errors_name_the_batch_element_and_the_pivot(sim0):
     with pytest.raises(RuntimeError, match=r"^vram.linalg.lu_factor: U\[1,1\] is zero"):
         vram.linalg.lu_factor(vram.zeros((2, 2), device=sim0))  # one matrix: no batch element
     assert issubclass(LinAlgError, RuntimeError)
+
+
+FIRST_NONZERO = (  # (info, what first_nonzero finds)
+    ([0, 0, 0], None),
+    ([0, 0, 3, 0, 5], (2, 3)),
+    ([-4, 7], (0, -4)),
+    ([0] * 7777 + [9] + [0] * 100 + [2] * 2000, (7777, 9)),  # past one pass of the block
+)
+
+
+@pytest.mark.parametrize("values, expected", FIRST_NONZERO)
+def test_first_nonzero_finds_the_first_failing_matrix(sim0, values, expected):
+    """What check_errors reads instead of every matrix's info: index and value."""
+    info = vram.tensor(np.array(values, np.int32), device=sim0)
+    stream = vram.current_stream(sim0)
+    found = _libs.libs_for("sim").first_nonzero(stream, info.data_ptr(), info.numel())
+    assert found == expected
 
 
 def test_singular_determinants(sim0):

@@ -2,19 +2,20 @@
 
 - Bad arguments raise before anything is queued: RuntimeError for shapes and dtypes (as
   PyTorch), TypeError for what is not a tensor, ValueError for tensors on different devices.
-- ``check_errors(info, api, is_matrix)`` is PyTorch's ``_linalg_check_errors``: it copies
-  ``info`` to the host (so it synchronizes the current stream) and raises ``LinAlgError``
-  naming the first failing batch element and its zero pivot.
+- ``check_errors(info, api, is_matrix)`` is PyTorch's ``_linalg_check_errors``: it finds
+  the first nonzero ``info`` on the device and reads it on the host (so it synchronizes
+  the current stream), and raises ``LinAlgError`` naming that batch element and its zero
+  pivot.
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from .._dtypes import complex64, complex128, dtype, float32, float64
+from .._streams import current_stream
 from .._tensor import Tensor, broadcast_shapes
+from ._libs import libs_for
 
 __all__ = [
     "LinAlgError",
@@ -113,15 +114,17 @@ def _describe(api: str, info: int) -> str:
 def check_errors(info: Tensor, api: str, is_matrix: bool) -> None:
     """Raise LinAlgError for the first nonzero ``info`` (PyTorch's _linalg_check_errors).
 
-    Synchronizes: ``info`` is copied to the host.
+    Synchronizes: a kernel finds the first nonzero and the host reads its index and value
+    (not all of ``info``: ``first_nonzero`` of the device's libraries).
     """
     if info.numel() == 0:
         return
-    values = info.numpy().reshape(-1)
-    if not np.count_nonzero(values):  # (cheaper than values.any())
+    info = info.contiguous()
+    stream = current_stream(info.device)
+    found = libs_for(info.device.type).first_nonzero(stream, info.data_ptr(), info.numel())
+    if found is None:
         return
-    first = int(np.argmax(values != 0))
-    value = int(values[first])
+    first, value = found
     where = "" if is_matrix else f": (Batch element {first})"
     if value < 0:  # a library said an argument was wrong: a bug in vram, not in the input
         raise RuntimeError(f"{api}{where}: Argument {-value} has illegal value.")

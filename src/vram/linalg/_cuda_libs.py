@@ -10,6 +10,8 @@ run on; pointers are ints; ``dtype`` is a vram dtype name ("float32", "float64",
 from __future__ import annotations
 
 import struct
+import threading
+import weakref
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -124,11 +126,22 @@ def lu_kernel_names() -> list[str]:
 
 def kernel_names() -> list[str]:
     """Every kernel instance of kernels/linalg.cu that vram.linalg may launch."""
-    plain = ["pointers", "pivots_to_int32", "pivots_to_int64", "trivial_pivots"]
+    plain = ["pointers", "pivots_to_int32", "pivots_to_int64", "trivial_pivots", "first_nonzero"]
     names = [_NS + name for name in plain]
     names += [f"{_NS}{k}<{c}>" for k in ("det", "slogdet") for c in _C_TYPES.values()]
     names += [f"{_NS}conj<{_C_TYPES[d]}>" for d in ("complex64", "complex128")]
     return names
+
+
+class _Found:
+    """One thread's page-locked pair of int64 that ``first_nonzero`` writes from the device
+    (pinned memory is the device's too, at the same address: unified addressing), given
+    back when the thread's state goes."""
+
+    def __init__(self, driver: Any) -> None:
+        self.ptr = driver.host_alloc(16)
+        self.values = driver.host_view(self.ptr, 16).view(np.int64)
+        weakref.finalize(self, driver.host_free, self.ptr)
 
 
 class CudaLibs:
@@ -141,6 +154,7 @@ class CudaLibs:
         self.blas = _cublas
         self._kernels: dict[tuple[int, str], Any] = {}  # (device, name) -> compiled kernel
         self._lu_kernels: dict[tuple[int, str], Any] = {}  # the same, of kernels/lu.cu
+        self._found = threading.local()  # .buffer: the thread's _Found
 
     # ---- cuSOLVER ------------------------------------------------------------------------
     def getrf_workspace(self, s: Stream, dtype: str, m: int, n: int, a: int, lda: int) -> int:
@@ -311,6 +325,25 @@ class CudaLibs:
 
     def trivial_pivots(self, s: Stream, dst: int, k: int, count: int) -> None:
         self._launch(s, "trivial_pivots", count, (dst, np.int64(k), np.int64(count)))
+
+    def first_nonzero(self, s: Stream, info: int, count: int) -> tuple[int, int] | None:
+        """(index, value) of the first nonzero of the ``count`` int32 at ``info``, or None:
+        found by one block on the device, which writes the two numbers to pinned memory.
+        Synchronizes ``s``."""
+        found = getattr(self._found, "buffer", None)
+        driver = s.device.driver
+        if found is None:
+            found = self._found.buffer = _Found(driver)
+        key = (s.device.index, "first_nonzero")
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            kernel = driver.compile(s.device.index, _source(), _NS + "first_nonzero")
+            self._kernels[key] = kernel
+        args = (found.ptr, info, np.int64(count))
+        driver.launch(kernel, (1, 1, 1), (_BLOCK, 1, 1), args, s.cuda_stream)
+        driver.stream_synchronize(s.cuda_stream)
+        index, value = found.values.tolist()
+        return None if index < 0 else (index, value)
 
     def conj(self, s: Stream, dtype: str, ptr: int, count: int) -> None:
         self._launch(s, f"conj<{_C_TYPES[dtype]}>", count, (ptr, np.int64(count)))

@@ -268,6 +268,22 @@ class SimLibs:
 
         self._queue(s, run)
 
+    def first_nonzero(self, s: Stream, info: int, count: int) -> tuple[int, int] | None:
+        """(index, value) of the first nonzero of the ``count`` int32 at ``info``, or None:
+        queued on ``s`` as the GPU's kernel is. Synchronizes ``s``."""
+        found: list[tuple[int, int]] = []
+
+        def run() -> None:
+            values = self._array(s, info, count, np.int32)
+            nonzero = np.flatnonzero(values)
+            if nonzero.size:
+                first = int(nonzero[0])
+                found.append((first, int(values[first])))
+
+        self._queue(s, run)
+        s.device.driver.stream_synchronize(s.cuda_stream)
+        return found[0] if found else None
+
     def conj(self, s: Stream, dtype: str, ptr: int, count: int) -> None:
         def run() -> None:
             values = self._array(s, ptr, count, _NP[dtype])
