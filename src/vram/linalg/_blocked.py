@@ -63,6 +63,7 @@ __all__ = [
     "supports",
     "panel_config",
     "one_panel",
+    "covers",
     "factor",
     "Ahead",
     "AHEAD_FROM",
@@ -333,10 +334,10 @@ def one_panel(dtype: str, m: int, n: int, batch: int = 2, clusters: bool = False
     """Whether one panel covers every column (n <= m, and n <= its width): one launch,
     reading the input in place."""
     config = _config(dtype, m, batch, clusters)
-    return n > 0 and config is not None and _covers(config, m, n)
+    return n > 0 and config is not None and covers(config, m, n)
 
 
-def _covers(config: PanelConfig, m: int, n: int) -> bool:
+def covers(config: PanelConfig, m: int, n: int) -> bool:
     """Whether the first panel, of ``config``, covers an m x n matrix in one launch."""
     return config.sub == 0 and n <= min(m, config.width)
 
@@ -387,11 +388,13 @@ def factor(
     source: Source | None = None,
     clusters: bool = False,
     ahead: Ahead | None = None,
+    first: PanelConfig | None = None,
 ) -> None:
     """P A = L U for ``batch`` m x n column-major matrices at ``lu`` (m * n apart): pivots
     (min(m, n) int32 per matrix) and info (one int32 each) as getrf's. ``source``: read the
     input there instead (one panel only: see ``one_panel``). ``clusters``: whether the
-    device runs cluster panels. Queued on ``stream``.
+    device runs cluster panels. ``first``: the first panel's config, where the caller has it
+    (``panel_config(dtype, m, batch, clusters)``). Queued on ``stream``.
 
     ``ahead``: look ahead (LAPACK's getrf does not; MAGMA's does). Step k's interchanges,
     U12 and update go first to the next panel's columns, on ``stream``, which then factors
@@ -430,11 +433,11 @@ def factor(
             update(s, k0, jb, (k0 + jb, n))
 
     k0 = 0
-    config = config_at(0)
+    config = first or config_at(0)
     jb = min(config.width, k)
     read = own
     if source is not None:
-        if not _covers(config, m, n):
+        if not covers(config, m, n):
             raise ValueError("source: only a matrix that one panel covers is read in place")
         read = source
     if ahead is None or jb >= k:

@@ -176,9 +176,9 @@ def _factor_blocked(
     it and its batch is one stride, else copied into ``lu`` first."""
     read = None
     clusters = _blocked.clusters_on(lu.device)
+    first = _blocked.panel_config(dtype, m, batch, clusters)  # (the plan: supported)
     if source is not None:
-        covered = _blocked.one_panel(dtype, m, n, batch, clusters)
-        step = batch_stride(source) if covered else None
+        step = batch_stride(source) if _blocked.covers(first, m, n) else None
         if step is None:
             lu.copy_(source)
         else:
@@ -192,7 +192,7 @@ def _factor_blocked(
         _factor_ahead(libs, stream, lu, ipiv, info, pivot, dtype, m, n, batch, clusters)
     else:
         _blocked.factor(libs, stream, dtype, m, n, batch, lu.data_ptr(), ipiv, info.data_ptr(),
-                        pivot, read, clusters)  # fmt: skip
+                        pivot, read, clusters, first=first)  # fmt: skip
     if not pivot:  # PyTorch returns the trivial permutation
         k = min(m, n)
         libs.trivial_pivots(stream, ipiv, k, batch * k)
