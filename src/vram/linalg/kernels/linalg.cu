@@ -45,8 +45,8 @@ __global__ void pivots_to_int64(long long* dst, const int* src, long long count)
 // The first nonzero of info[0, count) and its value, into ``out`` (host memory the device
 // writes: a pinned buffer, read once the stream is synchronized): out[0] its index or -1,
 // out[1] its value. ONE block: each thread stops at its first nonzero, the block keeps the
-// least index. After the factorization's last kernel this takes about 5 us less than
-// copying info to the host (a copy engine's start, on an H100).
+// least index. On an H100 after 4096 32 x 32 factorizations: 48 us from the factor's launch
+// to the host's read of these two numbers, 53 us with a copy of info (a copy engine's start).
 __global__ void first_nonzero(long long* out, const int* info, long long count) {
     __shared__ unsigned long long first;
     if (threadIdx.x == 0) first = ~0ull;
