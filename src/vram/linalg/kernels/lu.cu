@@ -622,8 +622,9 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
 // registers, no spill; 4096 matrices are then one wave on an H100, not one and a half.)
 // Probes on an H100, 4096 32 x 32 floats: 27.9 us in all, 22.8 with the loads and stores
 // taken out, 12.7 for the loads and stores alone: the shuffles bound it. Fewer of them,
-// R rows a lane and R matrices a warp (R = 2, 4; doubles 2), took 36-103 us: the owner's row
-// picked among R by selects, butterflies for the search, and fewer warps to hide latency.
+// R rows a lane and R matrices a warp (R = 2, 4), took 36-103 us (doubles, R = 2: 150-213
+// against 58-66): the owner's row picked among R by selects, butterflies for the search,
+// and fewer warps to hide latency.
 // Through shared memory (the owner's row stored 16 bytes at a time, read by all) 31.0.
 template <typename T>
 __global__ void __launch_bounds__(32, sizeof(T) == 4 ? 32 : 16) panel_warp(const PanelArgs args) {
