@@ -303,7 +303,11 @@ class CudaLibs:
         )
 
     # ---- helper kernels ------------------------------------------------------------------
-    def _launch(self, s: Stream, name: str, count: int, args: tuple) -> None:
+    def _launch(
+        self, s: Stream, name: str, count: int, args: tuple, blocks: int | None = None
+    ) -> None:
+        """Kernel ``name`` of kernels/linalg.cu over ``count`` items: blocks enough for them
+        (at most _MAX_BLOCKS), or ``blocks``."""
         if count <= 0:
             return
         driver = s.device.driver
@@ -311,7 +315,8 @@ class CudaLibs:
         kernel = self._kernels.get(key)
         if kernel is None:
             kernel = self._kernels[key] = driver.compile(s.device.index, _source(), _NS + name)
-        blocks = min(-(-count // _BLOCK), _MAX_BLOCKS)
+        if blocks is None:
+            blocks = min(-(-count // _BLOCK), _MAX_BLOCKS)
         driver.launch(kernel, (blocks, 1, 1), (_BLOCK, 1, 1), args, s.cuda_stream)
 
     def pointers(self, s: Stream, out: int, base: int, stride_bytes: int, count: int) -> None:
@@ -330,17 +335,13 @@ class CudaLibs:
         """(index, value) of the first nonzero of the ``count`` int32 at ``info``, or None:
         found by one block on the device, which writes the two numbers to pinned memory.
         Synchronizes ``s``."""
+        if count <= 0:
+            return None
         found = getattr(self._found, "buffer", None)
         driver = s.device.driver
         if found is None:
             found = self._found.buffer = _Found(driver)
-        key = (s.device.index, "first_nonzero")
-        kernel = self._kernels.get(key)
-        if kernel is None:
-            kernel = driver.compile(s.device.index, _source(), _NS + "first_nonzero")
-            self._kernels[key] = kernel
-        args = (found.ptr, info, np.int64(count))
-        driver.launch(kernel, (1, 1, 1), (_BLOCK, 1, 1), args, s.cuda_stream)
+        self._launch(s, "first_nonzero", count, (found.ptr, info, np.int64(count)), blocks=1)
         driver.stream_synchronize(s.cuda_stream)
         index, value = found.values.tolist()
         return None if index < 0 else (index, value)
