@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
@@ -39,10 +39,10 @@ class dtype:  # noqa: N801 - PyTorch's spelling
     name: str
     np: np.dtype
     c_type: str  # the CUDA C type NVRTC kernels use for it
+    itemsize: int = field(init=False, repr=False, compare=False)  # bytes of one element
 
-    @property
-    def itemsize(self) -> int:
-        return self.np.itemsize
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "itemsize", self.np.itemsize)  # (a field: read on every call)
 
     @property
     def is_floating_point(self) -> bool:
