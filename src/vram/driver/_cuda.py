@@ -189,7 +189,13 @@ class _LaunchParams:
         view, pointers, base = self.bytes, self.pointers, self.base
         start = 0
         for i, arg in enumerate(args):
-            value = _kernel_arg(arg)
+            kind = type(arg)  # (a struct's bytes, a pointer: the common cases, without a call)
+            if kind is bytes:
+                value = arg
+            elif kind is int and 0 <= arg < 1 << 64:
+                value = arg.to_bytes(8, "little")
+            else:
+                value = _kernel_arg(arg)
             end = start + len(value)
             if end > self.NBYTES:
                 raise ValueError(f"args: more than {self.NBYTES} bytes of kernel arguments")
@@ -708,10 +714,14 @@ class CudaDriver(Driver):
         hstream = self._stream(stream, kernel.device)
         params = self._tls.params.fill(args)
         if cluster == 1:
-            result = cu.cuLaunchKernel(
-                kernel.function, *_dim3(grid), *_dim3(block), shared_mem, hstream, params, 0
-            )
-            _check("cuLaunchKernel", result)
+            if type(grid) is not tuple or len(grid) != 3:  # (a 3-tuple goes as it is)
+                grid = _dim3(grid)
+            if type(block) is not tuple or len(block) != 3:
+                block = _dim3(block)
+            function = kernel.function
+            result = cu.cuLaunchKernel(function, *grid, *block, shared_mem, hstream, params, 0)
+            if result[0] != _SUCCESS:
+                _check("cuLaunchKernel", result)
             return
         config = _cluster_launch(grid, block, shared_mem, hstream, cluster)
         _check("cuLaunchKernelEx", cu.cuLaunchKernelEx(config, kernel.function, params, 0))

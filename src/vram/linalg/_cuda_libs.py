@@ -148,10 +148,11 @@ class CudaLibs:
     """cuSOLVER, cuBLAS and vram's helper kernels on a GPU."""
 
     def __init__(self) -> None:
-        from ..driver import _cublas, _cusolver
+        from ..driver import _cublas, _cusolver, get_driver
 
         self.solver = _cusolver
         self.blas = _cublas
+        self.driver = get_driver("cuda")  # (every stream's: a launch does not look it up)
         self._kernels: dict[tuple[int, str], Any] = {}  # (device, name) -> compiled kernel
         self._lu_kernels: dict[tuple[int, str], Any] = {}  # the same, of kernels/lu.cu
         self._found = threading.local()  # .buffer: the thread's _Found
@@ -307,10 +308,11 @@ class CudaLibs:
         self, s: Stream, name: str, count: int, args: tuple, blocks: int | None = None
     ) -> None:
         """Kernel ``name`` of kernels/linalg.cu over ``count`` items: blocks enough for them
-        (at most _MAX_BLOCKS), or ``blocks``."""
+        (at most _MAX_BLOCKS), or ``blocks``. ``args``: pointers, and counts and sizes as
+        Python ints too (each is 8 bytes, the kernels' ``long long``; none is negative)."""
         if count <= 0:
             return
-        driver = s.device.driver
+        driver = self.driver
         key = (s.device.index, name)
         kernel = self._kernels.get(key)
         if kernel is None:
@@ -320,16 +322,16 @@ class CudaLibs:
         driver.launch(kernel, (blocks, 1, 1), (_BLOCK, 1, 1), args, s.cuda_stream)
 
     def pointers(self, s: Stream, out: int, base: int, stride_bytes: int, count: int) -> None:
-        self._launch(s, "pointers", count, (out, base, np.int64(stride_bytes), np.int64(count)))
+        self._launch(s, "pointers", count, (out, base, stride_bytes, count))
 
     def pivots_to_int32(self, s: Stream, dst: int, src: int, count: int) -> None:
-        self._launch(s, "pivots_to_int32", count, (dst, src, np.int64(count)))
+        self._launch(s, "pivots_to_int32", count, (dst, src, count))
 
     def pivots_to_int64(self, s: Stream, dst: int, src: int, count: int) -> None:
-        self._launch(s, "pivots_to_int64", count, (dst, src, np.int64(count)))
+        self._launch(s, "pivots_to_int64", count, (dst, src, count))
 
     def trivial_pivots(self, s: Stream, dst: int, k: int, count: int) -> None:
-        self._launch(s, "trivial_pivots", count, (dst, np.int64(k), np.int64(count)))
+        self._launch(s, "trivial_pivots", count, (dst, k, count))
 
     def first_nonzero(self, s: Stream, info: int, count: int) -> tuple[int, int] | None:
         """(index, value) of the first nonzero of the ``count`` int32 at ``info``, or None:
@@ -338,26 +340,26 @@ class CudaLibs:
         if count <= 0:
             return None
         found = getattr(self._found, "buffer", None)
-        driver = s.device.driver
+        driver = self.driver
         if found is None:
             found = self._found.buffer = _Found(driver)
-        self._launch(s, "first_nonzero", count, (found.ptr, info, np.int64(count)), blocks=1)
+        self._launch(s, "first_nonzero", count, (found.ptr, info, count), blocks=1)
         driver.stream_synchronize(s.cuda_stream)
         index, value = found.values.tolist()
         return None if index < 0 else (index, value)
 
     def conj(self, s: Stream, dtype: str, ptr: int, count: int) -> None:
-        self._launch(s, f"conj<{_C_TYPES[dtype]}>", count, (ptr, np.int64(count)))
+        self._launch(s, f"conj<{_C_TYPES[dtype]}>", count, (ptr, count))
 
     def det(self, s: Stream, dtype: str, out: int, lu: int, piv: int, n: int, batch: int) -> None:
         name = f"det<{_C_TYPES[dtype]}>"
-        self._launch(s, name, batch, (out, lu, piv, np.int64(n), np.int64(batch)))
+        self._launch(s, name, batch, (out, lu, piv, n, batch))
 
     def slogdet(
         self, s: Stream, dtype: str, sign: int, logabs: int, lu: int, piv: int, n: int, batch: int
     ) -> None:
         name = f"slogdet<{_C_TYPES[dtype]}>"
-        self._launch(s, name, batch, (sign, logabs, lu, piv, np.int64(n), np.int64(batch)))
+        self._launch(s, name, batch, (sign, logabs, lu, piv, n, batch))
 
     # ---- the blocked LU (kernels/lu.cu, ``_blocked``) -------------------------------------
     def _lu_launch(
@@ -371,7 +373,7 @@ class CudaLibs:
     ) -> None:
         key = (s.device.index, name)
         kernel = self._lu_kernels.get(key)
-        driver = s.device.driver
+        driver = self.driver
         if kernel is None:
             kernel = driver.compile(s.device.index, _lu_source(), _LU_NS + name)
             self._lu_kernels[key] = kernel
@@ -422,7 +424,7 @@ class CudaLibs:
         (c0, c1), (d0, d1) = spans or outside(k0, jb, n)
         args = _SWAP_ARGS.pack(lu, stride, pivots, k, m, k0, jb, int(pivot), c0, c1, d0, d1)
         index = s.device.index
-        multiprocessors = s.device.driver.properties(index).multi_processor_count
+        multiprocessors = self.driver.properties(index).multi_processor_count
         count = c1 - c0 + d1 - d0
         warps, columns = swap_tile(batch, count, multiprocessors)
         tiles = -(-count // columns)
