@@ -60,6 +60,26 @@ def test_device_mallocs_per_path_are_constant(monkeypatch, sim0, path):
         assert counts[0] == 2
 
 
+def test_lu_factor_keeps_its_factors_in_one_allocation(monkeypatch, sim0):
+    """lu_factor's LU and pivots (and the info it reads) are one allocation, freed when both
+    are gone; lu_factor_ex's info has its own, apart from LU."""
+    monkeypatch.setenv("VRAM_NO_CACHING", "1")
+    fresh_allocator(sim0)
+    a = random((4, 8, 8), vram.float32)
+    A = vram.tensor(a, device=sim0)
+    with _dispatch.forced("blocked"), vram.memory.count_device_calls(sim0) as calls:
+        LU, pivots = vram.linalg.lu_factor(A)
+    assert calls.device_malloc == 1
+    want, want_pivots, _ = vram.linalg.lu_factor_ex(A)
+    assert np.array_equal(LU.numpy(), want.numpy())
+    assert np.array_equal(pivots.numpy(), want_pivots.numpy())
+    used = vram.memory.memory_allocated(sim0)
+    del LU, want, want_pivots
+    assert vram.memory.memory_allocated(sim0) == used - 1024  # lu_factor_ex's LU went
+    del pivots  # LU's 1024 bytes and 4 * (8 + 1) int32s, rounded up to 512 bytes
+    assert vram.memory.memory_allocated(sim0) == used - 1024 - 1536
+
+
 def test_one_workspace_query_and_one_workspace_per_stream(monkeypatch, sim0):
     queries, used = [], {}
     real_size, real_getrf = SimLibs.getrf_workspace, SimLibs.getrf

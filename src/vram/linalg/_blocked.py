@@ -320,6 +320,12 @@ def supports(dtype: str, m: int, n: int, batch: int = 2, clusters: bool = False)
     return n > 0 and _config(dtype, m, batch, clusters) is not None
 
 
+def first_panel(dtype: str, m: int, batch: int, clusters: bool) -> PanelConfig | None:
+    """The first panel's config for ``batch`` m x n matrices (n > 0), None where the blocked
+    LU does not take them (``supports``): one lookup for both questions."""
+    return _config(dtype, m, batch, clusters)
+
+
 def panel_config(dtype: str, rows: int, batch: int = 2, clusters: bool = False) -> PanelConfig:
     """The panel kernel for a panel of ``rows`` rows of ``batch`` matrices (at most
     MAX_ROWS[dtype], or more where tall or cluster panels take it)."""
@@ -406,6 +412,13 @@ def factor(
     k = min(m, n)
     stride = m * n
     own = (lu, stride, 1, m)
+    config = first or panel_config(dtype, m, batch, clusters)
+    if covers(config, m, n):  # one launch factors it all (nothing is left of the panel)
+        libs.lu_panel(stream, dtype, config, lu, stride, m, batch, source or own, 0, k, pivots,
+                      k, info, pivot)  # fmt: skip
+        return
+    if source is not None:
+        raise ValueError("source: only a matrix that one panel covers is read in place")
     contexts: dict[int, Any] = {}
 
     def panel(s: Any, config: PanelConfig, k0: int, jb: int, read: Source, update: int = 0) -> None:
@@ -433,16 +446,10 @@ def factor(
             update(s, k0, jb, (k0 + jb, n))
 
     k0 = 0
-    config = first or config_at(0)
     jb = min(config.width, k)
-    read = own
-    if source is not None:
-        if not covers(config, m, n):
-            raise ValueError("source: only a matrix that one panel covers is read in place")
-        read = source
     if ahead is None or jb >= k:
         while True:
-            panel(stream, config, k0, jb, read if k0 == 0 else own)
+            panel(stream, config, k0, jb, own)
             whole_step(stream, k0, jb)
             k0 += jb
             if k0 >= k:

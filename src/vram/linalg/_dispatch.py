@@ -44,6 +44,7 @@ __all__ = [
     "SOLVE_CROSSOVERS",
     "Plan",
     "plan_lu",
+    "plan_lu_for",
     "plan_solve",
     "forced",
     "PATHS",
@@ -242,7 +243,12 @@ def plan_lu(m: int, n: int, batch: int, dtype: str, device: object = None) -> Pl
     """How an LU factorization of ``batch`` m x n matrices of ``dtype`` runs now on
     ``device`` (None: the current device)."""
     clusters = _blocked.clusters_on(as_device(device))
-    blocked = _blocked.supports(dtype, m, n, batch, clusters)
+    return plan_lu_for(m, n, batch, dtype, _blocked.supports(dtype, m, n, batch, clusters))
+
+
+def plan_lu_for(m: int, n: int, batch: int, dtype: str, blocked: bool) -> Plan:
+    """``plan_lu``'s plan, for a caller that knows whether vram's blocked LU takes the call
+    (``blocked``: ``_blocked.supports`` on the device)."""
     return _plan(LU_CROSSOVERS, m, n, batch, dtype, blocked)
 
 

@@ -19,7 +19,9 @@ into LU by one strided copy on the device, then factored in place by the plan
   table names an algorithm: its int64 pivots go to the "linalg" workspace, and one kernel
   turns them into PyTorch's int32 pivots at the end.
 
-Device allocations per call, whatever the batch: LU, and pivots with info (two), and
+Device allocations per call, whatever the batch: LU, and pivots with info (two: info,
+which a caller may keep, holds no LU); one for lu_factor, whose info goes nowhere, and for
+the factors solve, inv, det and slogdet make for themselves (``factors_empty``); and
 the workspaces the first time a (library, stream, thread) needs them, or needs more (the
 blocked LU needs none).
 """
@@ -35,7 +37,8 @@ from .._tensor import Tensor, contiguous_strides, device_storage
 from ..driver._cusolver import X_API_ELEMENTS
 from . import _blocked, _checks
 from ._batch import ahead_events, ahead_streams, run_batch
-from ._dispatch import Plan, plan_lu
+from ._blocked import PanelConfig
+from ._dispatch import Plan, plan_lu_for
 from ._libs import libs_for
 from ._replay import replayed
 from ._workspace import CallWorkspaces
@@ -75,6 +78,18 @@ def column_major(storage, batch: tuple[int, ...], m: int, n: int, dt: dtype) -> 
     """The (*batch, m, n) tensor of packed column-major matrices at the start of ``storage``."""
     strides = (*contiguous_strides((*batch, n, m))[:-2], 1, m)
     return Tensor._make(storage, (*batch, m, n), strides, 0, dt)
+
+
+def factors_empty(
+    batch: tuple[int, ...], m: int, n: int, like: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Uninitialized LU (as ``column_major_empty``), pivots and info (as
+    ``pivots_and_info``) in ONE allocation, in that order: for factors that live and die
+    together (any one of them keeps the whole allocation alive)."""
+    lu_bytes = math.prod(batch) * m * n * like.dtype.itemsize  # (a multiple of 4)
+    storage = device_storage(lu_bytes + 4 * math.prod(batch) * (min(m, n) + 1), like.device)
+    lu = column_major(storage, batch, m, n, like.dtype)
+    return (lu, *int_views(storage, lu_bytes // 4, batch, min(m, n)))
 
 
 def pivots_and_info(batch: tuple[int, ...], k: int, device) -> tuple[Tensor, Tensor]:
@@ -134,9 +149,11 @@ def factor(
         info.zero_()
         return Plan("cusolver")
     dtype = lu.dtype.name
-    plan = plan or plan_lu(m, n, batch, dtype, lu.device)
+    clusters = _blocked.clusters_on(lu.device)
+    first = _blocked.first_panel(dtype, m, batch, clusters)  # None: no blocked LU here
+    plan = plan or plan_lu_for(m, n, batch, dtype, first is not None)
     if plan.path == "blocked":
-        _factor_blocked(lu, pivots, info, pivot, source, dtype, m, n, batch)
+        _factor_blocked(lu, pivots, info, pivot, source, dtype, m, n, batch, clusters, first)
         return plan
     if source is not None:
         lu.copy_(source)
@@ -171,12 +188,15 @@ def _factor_blocked(
     m: int,
     n: int,
     batch: int,
+    clusters: bool,
+    first: PanelConfig | None,
 ) -> None:
     """vram's blocked LU (``_blocked``): the input read where it lies when one panel covers
-    it and its batch is one stride, else copied into ``lu`` first."""
+    it and its batch is one stride, else copied into ``lu`` first. ``clusters``: whether
+    the device runs cluster panels; ``first``: the first panel's config (``first_panel``)."""
     read = None
-    clusters = _blocked.clusters_on(lu.device)
-    first = _blocked.panel_config(dtype, m, batch, clusters)  # (the plan: supported)
+    if first is None:  # (a plan given for a call the blocked LU does not take)
+        first = _blocked.panel_config(dtype, m, batch, clusters)  # (raises ValueError)
     if source is not None:
         step = batch_stride(source) if _blocked.covers(first, m, n) else None
         if step is None:
@@ -311,29 +331,32 @@ def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False) -
     """
     api = "vram.linalg.lu_factor_ex"
     _checks.check_matrix(api, A, square=False)
-    LU, pivots, info = _factor_new(A, pivot)
+    LU, pivots, info = _factor_new(A, pivot, one_allocation=False)
     if check_errors:
         _checks.check_errors(info, api, A.ndim == 2)
     return LUFactorEx(LU, pivots, info)
 
 
-def _factor_new(A: Tensor, pivot: bool, plan: Plan | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def _factor_new(A: Tensor, pivot: bool, one_allocation: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(LU, pivots, info) of ``A``, queued. ``one_allocation``: the three share one
+    allocation (``factors_empty``); else LU has its own, apart from pivots and info: info,
+    which a caller may keep to look at later, then does not keep LU's memory alive."""
     *batch, m, n = A.shape
-    LU = column_major_empty(tuple(batch), m, n, A)
-    pivots, info = pivots_and_info(tuple(batch), min(m, n), A.device)
-    if A.numel():
-        factor(LU, pivots, info, pivot, plan, source=A)
+    if one_allocation:
+        LU, pivots, info = factors_empty(tuple(batch), m, n, A)
     else:
-        factor(LU, pivots, info, pivot, plan)
+        LU = column_major_empty(tuple(batch), m, n, A)
+        pivots, info = pivots_and_info(tuple(batch), min(m, n), A.device)
+    factor(LU, pivots, info, pivot, source=A if A.numel() else None)
     return LU, pivots, info
 
 
 def lu_factor(A: Tensor, *, pivot: bool = True) -> LUFactor:
     """(LU, pivots) of ``A``, as torch.linalg.lu_factor: lu_factor_ex's, and LinAlgError
     naming the batch element and the zero pivot where ``A`` is singular. Synchronizes (to
-    read info)."""
+    read info). LU and pivots share one allocation, freed when both are gone."""
     api = "vram.linalg.lu_factor"
     _checks.check_matrix(api, A, square=False)
-    LU, pivots, info = _factor_new(A, pivot)
+    LU, pivots, info = _factor_new(A, pivot, one_allocation=True)
     _checks.check_errors(info, api, A.ndim == 2)
     return LUFactor(LU, pivots)

@@ -23,13 +23,13 @@ from typing import NamedTuple
 
 from .._dtypes import complex64, complex128, float32, float64, int32
 from .._streams import Stream, current_stream
-from .._tensor import Tensor, contiguous_strides, device_storage
+from .._tensor import Tensor, contiguous_strides
 from ..driver._cusolver import OP_C, OP_N, OP_T, X_API_ELEMENTS
 from . import _blocked, _checks
 from ._batch import run_batch
 from ._dispatch import Plan, plan_solve
 from ._libs import libs_for
-from ._lu import batch_stride, column_major, column_major_empty, factor, int_views
+from ._lu import batch_stride, column_major_empty, factor, factors_empty
 from ._workspace import CallWorkspaces
 
 __all__ = [
@@ -280,15 +280,9 @@ def _factor_for_solve(
     must not hold the factors' memory)."""
     *batch_dims, n, _ = A.shape
     batch = tuple(batch_dims)
-    count = math.prod(batch)
     transposed = transpose and A.is_contiguous()
-    lu_elements = count * n * n
-    ints = count * (n + 1)  # pivots and info (its room unused where ``own_info``)
-    storage = device_storage(lu_elements * A.dtype.itemsize + 4 * ints, A.device)
-    lu = column_major(storage, batch, n, n, A.dtype)
+    lu, pivots, info = factors_empty(batch, n, n, A)  # (info's room unused where ``own_info``)
     source = A.transpose(-2, -1) if transposed else A  # A^T packed column-major: A's layout
-    first = lu_elements * A.dtype.itemsize // 4  # the pivots, after LU, in int32s
-    pivots, info = int_views(storage, first, batch, n)
     if own_info:
         info = Tensor._empty(batch, int32, A.device)
     factor(lu, pivots, info, source=source if A.numel() else None)
