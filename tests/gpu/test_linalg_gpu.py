@@ -178,6 +178,31 @@ def test_singular_inputs_match_pytorch(path):
     close(vram.linalg.det(A), torch.linalg.det(T), vram.float32, scale=10)
 
 
+@pytest.mark.parametrize(
+    "shape, column", [((4096, 32, 32), 5), ((16, 200, 200), 150), ((2, 600, 600), 300)], ids=str
+)
+def test_the_zero_pivot_flag_on_the_gpu(shape, column):
+    """The blocked LU's panels raise the thread's zero-pivot flag in pinned memory (one
+    panel; several; the look-ahead, whose second call replays its graph): check_errors
+    searches info only then, and names the matrix and its pivot."""
+    from vram.linalg import _checks
+
+    a = random(shape, vram.float32, seed=8)
+    A = vram.tensor(a, device=CUDA)
+    for _ in range(2):
+        vram.linalg.lu_factor(A)
+        flag = _checks._flags.by_driver[vram.device(CUDA).driver]  # (this thread's)
+        assert flag.watched and flag.value[0] == 0
+    a[1, :, column] = 0  # U[column + 1, column + 1] of matrix 1 is zero
+    B = vram.tensor(a, device=CUDA)
+    for _ in range(2):
+        with pytest.raises(LinAlgError, match=rf"\(Batch element 1\): U\[{column + 1},"):
+            vram.linalg.lu_factor(B)
+        assert flag.watched and flag.value[0] == 1
+    _, _, info = vram.linalg.lu_factor_ex(B)
+    assert np.flatnonzero(info.numpy()).tolist() == [1]
+
+
 @pytest.mark.parametrize("algo", [None, 0, 1])
 def test_the_64_bit_api_matches_pytorch(monkeypatch, algo):
     """Xgetrf / Xgetrs (int64 pivots, a kernel turns them into PyTorch's int32), taken here

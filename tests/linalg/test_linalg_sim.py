@@ -8,7 +8,8 @@ import pytest
 from linalg_helpers import DTYPES, IDS, close, random
 
 import vram
-from vram.linalg import LinAlgError, _libs, _reference
+from vram.linalg import LinAlgError, _dispatch, _libs, _reference
+from vram.linalg._sim_libs import SimLibs
 
 BATCHES = [(), (3,), (2, 2)]
 
@@ -217,6 +218,39 @@ def test_first_nonzero_finds_the_first_failing_matrix(sim0, values, expected):
     stream = vram.current_stream(sim0)
     found = _libs.libs_for("sim").first_nonzero(stream, info.data_ptr(), info.numel())
     assert found == expected
+
+
+def test_the_check_after_the_blocked_lu_searches_only_when_flagged(sim0, monkeypatch):
+    """check_errors after vram's blocked LU runs the first_nonzero search only when a panel
+    raised the zero-pivot flag (matrix 1 here, in its second panel's columns); after
+    cuSOLVER, which knows no flag, it always searches."""
+    searches = []
+    real = SimLibs.first_nonzero
+
+    def counting(self, s, info, count):
+        searches.append(count)
+        return real(self, s, info, count)
+
+    monkeypatch.setattr(SimLibs, "first_nonzero", counting)
+    a = random((3, 48, 48), vram.float32, 12)
+    good = vram.tensor(a, device=sim0)
+    a[1, :, 40] = 0
+    bad = vram.tensor(a, device=sim0)
+    with _dispatch.forced("blocked"):
+        vram.linalg.lu_factor(good)
+        vram.linalg.lu_factor_ex(good, check_errors=True)
+        vram.linalg.solve(good, good)
+        vram.linalg.inv_ex(good, check_errors=True)
+        assert searches == []
+        with pytest.raises(LinAlgError, match=r"\(Batch element 1\): U\[41,41\] is zero"):
+            vram.linalg.lu_factor(bad)
+        assert searches == [3]
+        with pytest.raises(LinAlgError, match=r"solve: \(Batch element 1\)"):
+            vram.linalg.solve(bad, good)
+        assert searches == [3, 3]
+    with _dispatch.forced("cusolver"):
+        vram.linalg.lu_factor(good)
+    assert searches == [3, 3, 3]
 
 
 def test_singular_determinants(sim0):

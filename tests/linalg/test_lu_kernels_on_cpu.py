@@ -70,10 +70,10 @@ class CpuLibs:
         self.multiprocessors = multiprocessors  # (an H100's): picks swap_trsm's tiles
 
     def lu_panel(self, s, dtype, config, lu, stride, m, batch, source, k0, jb, pivots, k, info,
-                 pivot, update=0):  # fmt: skip
+                 pivot, update=0, failed=0):  # fmt: skip
         src, src_batch, src_row, src_col = source
         args = _PANEL_ARGS.pack(lu, stride, src, src_batch, src_row, src_col, pivots, k,
-                                info, m, k0, jb, int(pivot), update)  # fmt: skip
+                                info, m, k0, jb, int(pivot), update, failed)  # fmt: skip
         threads, rows, width, blocks, sub = config
         assert blocks == 1, "the emulation runs one block at a time: no clusters"
         done = self.kernels.emu_panel(CODES[dtype], threads, rows, width, sub,
@@ -140,10 +140,16 @@ class HostEvent:
 
 
 def factor_on_cpu(
-    kernels, a: np.ndarray, pivot: bool = True, in_place_read: bool = False, ahead: bool = False
+    kernels,
+    a: np.ndarray,
+    pivot: bool = True,
+    in_place_read: bool = False,
+    ahead: bool = False,
+    failed: int = 0,
 ):
     """(LU (batch, m, n), pivots, info) of ``a`` by the kernels, as _blocked runs them;
-    ``ahead``: with the look-ahead's order of steps."""
+    ``ahead``: with the look-ahead's order of steps; ``failed``: the zero-pivot flag's
+    address."""
     batch, m, n = a.shape
     dtype = a.dtype.name
     k = min(m, n)
@@ -159,7 +165,7 @@ def factor_on_cpu(
         lu[...] = np.swapaxes(a, 1, 2)
     events = _blocked.Ahead(HostStream(), *(HostEvent() for _ in range(3))) if ahead else None
     _blocked.factor(libs, HostStream(), dtype, m, n, batch, lu.ctypes.data, pivots.ctypes.data,
-                    info.ctypes.data, pivot, source, ahead=events)  # fmt: skip
+                    info.ctypes.data, pivot, source, ahead=events, failed=failed)  # fmt: skip
     return np.swapaxes(lu, 1, 2), pivots, info
 
 
@@ -192,6 +198,20 @@ def test_factors_match_lapack(kernels, monkeypatch, table, shape, ahead):
     np.testing.assert_array_equal(pivots, want_pivots)
     np.testing.assert_array_equal(info, want_info)
     np.testing.assert_allclose(lu, want_lu, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("table", list(TABLES))
+def test_a_zero_pivot_raises_the_flag(kernels, monkeypatch, table):
+    """record_info's flag: 1 after a panel that meets a zero pivot (here in a later panel's
+    columns), untouched without one (check_errors then searches nothing)."""
+    use(monkeypatch, table)
+    a = np.random.default_rng(3).standard_normal((3, 100, 100))
+    flag = np.zeros(1, np.int32)
+    factor_on_cpu(kernels, a, failed=flag.ctypes.data)
+    assert flag[0] == 0
+    a[1, :, 40] = 0  # U[41, 41] of matrix 1 is zero
+    _, _, info = factor_on_cpu(kernels, a, failed=flag.ctypes.data)
+    assert info.tolist() == [0, 41, 0] and flag[0] == 1
 
 
 @pytest.mark.parametrize("split", [False, True], ids=["whole", "in two launches"])

@@ -395,12 +395,15 @@ def factor(
     clusters: bool = False,
     ahead: Ahead | None = None,
     first: PanelConfig | None = None,
+    failed: int = 0,
 ) -> None:
     """P A = L U for ``batch`` m x n column-major matrices at ``lu`` (m * n apart): pivots
     (min(m, n) int32 per matrix) and info (one int32 each) as getrf's. ``source``: read the
     input there instead (one panel only: see ``one_panel``). ``clusters``: whether the
     device runs cluster panels. ``first``: the first panel's config, where the caller has it
-    (``panel_config(dtype, m, batch, clusters)``). Queued on ``stream``.
+    (``panel_config(dtype, m, batch, clusters)``). ``failed``: an int32 in page-locked host
+    memory that the panels set to 1 for a zero pivot (``_checks.ZeroPivotFlag``), or 0.
+    Queued on ``stream``.
 
     ``ahead``: look ahead (LAPACK's getrf does not; MAGMA's does). Step k's interchanges,
     U12 and update go first to the next panel's columns, on ``stream``, which then factors
@@ -415,7 +418,7 @@ def factor(
     config = first or panel_config(dtype, m, batch, clusters)
     if covers(config, m, n):  # one launch factors it all (nothing is left of the panel)
         libs.lu_panel(stream, dtype, config, lu, stride, m, batch, source or own, 0, k, pivots,
-                      k, info, pivot)  # fmt: skip
+                      k, info, pivot, 0, failed)  # fmt: skip
         return
     if source is not None:
         raise ValueError("source: only a matrix that one panel covers is read in place")
@@ -423,7 +426,7 @@ def factor(
 
     def panel(s: Any, config: PanelConfig, k0: int, jb: int, read: Source, update: int = 0) -> None:
         libs.lu_panel(s, dtype, config, lu, stride, m, batch, read, k0, jb, pivots, k, info,
-                      pivot, update)  # fmt: skip
+                      pivot, update, failed)  # fmt: skip
 
     def config_at(k0: int) -> PanelConfig:
         return panel_config(dtype, m - k0, batch, clusters)

@@ -5,12 +5,18 @@
 - ``check_errors(info, api, is_matrix)`` is PyTorch's ``_linalg_check_errors``: it finds
   the first nonzero ``info`` on the device and reads it on the host (so it synchronizes
   the current stream), and raises ``LinAlgError`` naming that batch element and its zero
-  pivot.
+  pivot. Given a ``ZeroPivotFlag`` that vram's blocked LU watched, it looks only when
+  the flag is up: a factorization without a zero pivot costs a synchronization, no search.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
 
 from .._dtypes import complex64, complex128, dtype, float32, float64
 from .._streams import current_stream
@@ -23,6 +29,7 @@ __all__ = [
     "check_matrix",
     "check_same",
     "check_errors",
+    "ZeroPivotFlag",
     "batch_shape",
     "broadcast_batch",
 ]
@@ -111,16 +118,57 @@ def _describe(api: str, info: int) -> str:
     )
 
 
-def check_errors(info: Tensor, api: str, is_matrix: bool) -> None:
+class ZeroPivotFlag:
+    """One thread's page-locked int32 on one driver, which vram's panel kernels set to 1
+    where a matrix has a zero pivot (the device writes it where the host reads it: unified
+    addressing).
+
+    ``armed(device)`` resets it; a factorization given it (``_lu.factor``) hands ``ptr`` to
+    the blocked LU's kernels and marks it ``watched`` (the other ways' info comes from
+    cuBLAS and cuSOLVER, which know no flag); ``check_errors`` given a watched flag looks
+    for the failing matrix only when it is up. A kernel of an earlier call that never
+    synchronized (an exception between) can only raise it falsely: a search then, that
+    finds nothing; no kernel can lower it."""
+
+    def __init__(self, driver: Any) -> None:
+        self.ptr = driver.host_alloc(4)
+        self.value = driver.host_view(self.ptr, 4).view(np.int32)
+        self.watched = False
+        weakref.finalize(self, driver.host_free, self.ptr)
+
+    @classmethod
+    def armed(cls, device: Any) -> ZeroPivotFlag:
+        """This thread's flag for ``device``'s driver, down and not watched."""
+        driver = device.driver
+        flags = _flags.__dict__.setdefault("by_driver", {})
+        flag = flags.get(driver)
+        if flag is None:
+            flag = flags[driver] = cls(driver)
+        flag.value[0] = 0
+        flag.watched = False
+        return flag
+
+
+_flags = threading.local()  # .by_driver: driver -> this thread's ZeroPivotFlag
+
+
+def check_errors(
+    info: Tensor, api: str, is_matrix: bool, flag: ZeroPivotFlag | None = None
+) -> None:
     """Raise LinAlgError for the first nonzero ``info`` (PyTorch's _linalg_check_errors).
 
     Synchronizes: a kernel finds the first nonzero and the host reads its index and value
-    (not all of ``info``: ``first_nonzero`` of the device's libraries).
+    (not all of ``info``: ``first_nonzero`` of the device's libraries); with a watched
+    ``flag`` that is down, nothing is searched.
     """
     if info.numel() == 0:
         return
     info = info.contiguous()
     stream = current_stream(info.device)
+    if flag is not None and flag.watched:
+        info.device.driver.stream_synchronize(stream.cuda_stream)
+        if not flag.value[0]:
+            return  # no zero pivot, and the blocked LU writes no negative info
     found = libs_for(info.device.type).first_nonzero(stream, info.data_ptr(), info.numel())
     if found is None:
         return

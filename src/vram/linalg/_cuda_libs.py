@@ -74,7 +74,8 @@ def _fields(*names: str) -> struct.Struct:
 
 
 _PANEL_ARGS = _fields("lu", "lu_stride", "src", "src_batch", "src_row", "src_col", "ipiv",
-                      "ipiv_stride", "info", "m", "k0", "jb", "pivot", "update")  # fmt: skip
+                      "ipiv_stride", "info", "m", "k0", "jb", "pivot", "update",
+                      "failed")  # fmt: skip
 _SWAP_ARGS = _fields("lu", "lu_stride", "ipiv", "ipiv_stride", "m", "k0", "jb", "pivot", "c0",
                      "c1", "d0", "d1")  # fmt: skip
 _SOLVE_ARGS = _fields("lu", "lu_stride", "ipiv", "ipiv_stride", "b", "b_batch", "b_row",
@@ -397,10 +398,11 @@ class CudaLibs:
         info: int,
         pivot: bool,
         update: int = 0,
+        failed: int = 0,
     ) -> None:
         src, src_batch, src_row, src_col = source
         args = _PANEL_ARGS.pack(lu, stride, src, src_batch, src_row, src_col, pivots, k,
-                                info, m, k0, jb, int(pivot), update)  # fmt: skip
+                                info, m, k0, jb, int(pivot), update, failed)  # fmt: skip
         name = _panel_name(dtype, config)
         grid = (batch * config.blocks, 1)
         self._lu_launch(s, name, grid, config.threads, args, config.blocks)

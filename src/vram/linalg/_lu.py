@@ -132,11 +132,13 @@ def factor(
     pivot: bool = True,
     plan: Plan | None = None,
     source: Tensor | None = None,
+    flag: _checks.ZeroPivotFlag | None = None,
 ) -> Plan:
     """Factor in place the packed column-major matrices of ``lu`` (*, m, n), writing
     ``pivots`` (*, min(m, n)) int32 and ``info`` (*,) int32 (all contiguous, one device).
     ``source`` (*, m, n): the input, not yet copied into ``lu``: this copies it, unless the
-    plan reads it where it lies (the blocked LU of a matrix one panel covers).
+    plan reads it where it lies (the blocked LU of a matrix one panel covers). ``flag``
+    (armed): the blocked LU raises it for a zero pivot, and marks it watched.
 
     Queued on the current stream; returns the plan it ran. Nothing synchronizes.
     """
@@ -153,7 +155,11 @@ def factor(
     first = _blocked.first_panel(dtype, m, batch, clusters)  # None: no blocked LU here
     plan = plan or plan_lu_for(m, n, batch, dtype, first is not None)
     if plan.path == "blocked":
-        _factor_blocked(lu, pivots, info, pivot, source, dtype, m, n, batch, clusters, first)
+        failed = 0
+        if flag is not None:
+            failed, flag.watched = flag.ptr, True
+        _factor_blocked(lu, pivots, info, pivot, source, dtype, m, n, batch, clusters, first,
+                        failed)  # fmt: skip
         return plan
     if source is not None:
         lu.copy_(source)
@@ -190,10 +196,12 @@ def _factor_blocked(
     batch: int,
     clusters: bool,
     first: PanelConfig | None,
+    failed: int,
 ) -> None:
     """vram's blocked LU (``_blocked``): the input read where it lies when one panel covers
     it and its batch is one stride, else copied into ``lu`` first. ``clusters``: whether
-    the device runs cluster panels; ``first``: the first panel's config (``first_panel``)."""
+    the device runs cluster panels; ``first``: the first panel's config (``first_panel``);
+    ``failed``: the zero-pivot flag's address, or 0."""
     read = None
     if first is None:  # (a plan given for a call the blocked LU does not take)
         first = _blocked.panel_config(dtype, m, batch, clusters)  # (raises ValueError)
@@ -209,10 +217,10 @@ def _factor_blocked(
     libs = libs_for(device.type)
     ipiv = pivots.data_ptr()
     if read is None and _blocked.look_ahead(m, n, batch, clusters):  # (plan: supported)
-        _factor_ahead(libs, stream, lu, ipiv, info, pivot, dtype, m, n, batch, clusters)
+        _factor_ahead(libs, stream, lu, ipiv, info, pivot, dtype, m, n, batch, clusters, failed)
     else:
         _blocked.factor(libs, stream, dtype, m, n, batch, lu.data_ptr(), ipiv, info.data_ptr(),
-                        pivot, read, clusters, first=first)  # fmt: skip
+                        pivot, read, clusters, first=first, failed=failed)  # fmt: skip
     if not pivot:  # PyTorch returns the trivial permutation
         k = min(m, n)
         libs.trivial_pivots(stream, ipiv, k, batch * k)
@@ -230,22 +238,24 @@ def _factor_ahead(
     n: int,
     batch: int,
     clusters: bool,
+    failed: int,
 ) -> None:
     """The blocked LU with look-ahead (``_blocked.factor``), on this thread's two streams for
     it, joined to ``stream`` by events; replayed as a graph when the same call comes again
-    (``_replay``: the key names the call's memory, its workspaces and the tables)."""
+    (``_replay``: the key names the call's memory, its workspaces, the zero-pivot flag and
+    the tables)."""
     device = lu.device
     panels, side = ahead_streams(device)
     enter, leave, *steps = ahead_events(device)
     ptr, infos = lu.data_ptr(), info.data_ptr()
     spaces = (libs.lu_update_workspace(panels), libs.lu_update_workspace(side))
     key = (device, panels.cuda_stream, dtype, m, n, batch, pivot, ptr, ipiv, infos, spaces,
-           _blocked.tables(dtype))  # fmt: skip
+           failed, _blocked.tables(dtype))  # fmt: skip
     ahead = _blocked.Ahead(side, *steps)
 
     def queue() -> None:
         _blocked.factor(libs, panels, dtype, m, n, batch, ptr, ipiv, infos, pivot, None,
-                        clusters, ahead)  # fmt: skip
+                        clusters, ahead, failed=failed)  # fmt: skip
 
     enter.record(stream)
     panels.wait_event(enter)
@@ -331,23 +341,27 @@ def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False) -
     """
     api = "vram.linalg.lu_factor_ex"
     _checks.check_matrix(api, A, square=False)
-    LU, pivots, info = _factor_new(A, pivot, one_allocation=False)
+    flag = _checks.ZeroPivotFlag.armed(A.device) if check_errors else None
+    LU, pivots, info = _factor_new(A, pivot, one_allocation=False, flag=flag)
     if check_errors:
-        _checks.check_errors(info, api, A.ndim == 2)
+        _checks.check_errors(info, api, A.ndim == 2, flag)
     return LUFactorEx(LU, pivots, info)
 
 
-def _factor_new(A: Tensor, pivot: bool, one_allocation: bool) -> tuple[Tensor, Tensor, Tensor]:
+def _factor_new(
+    A: Tensor, pivot: bool, one_allocation: bool, flag: _checks.ZeroPivotFlag | None
+) -> tuple[Tensor, Tensor, Tensor]:
     """(LU, pivots, info) of ``A``, queued. ``one_allocation``: the three share one
     allocation (``factors_empty``); else LU has its own, apart from pivots and info: info,
-    which a caller may keep to look at later, then does not keep LU's memory alive."""
+    which a caller may keep to look at later, then does not keep LU's memory alive.
+    ``flag``: see ``factor``."""
     *batch, m, n = A.shape
     if one_allocation:
         LU, pivots, info = factors_empty(tuple(batch), m, n, A)
     else:
         LU = column_major_empty(tuple(batch), m, n, A)
         pivots, info = pivots_and_info(tuple(batch), min(m, n), A.device)
-    factor(LU, pivots, info, pivot, source=A if A.numel() else None)
+    factor(LU, pivots, info, pivot, source=A if A.numel() else None, flag=flag)
     return LU, pivots, info
 
 
@@ -357,6 +371,7 @@ def lu_factor(A: Tensor, *, pivot: bool = True) -> LUFactor:
     read info). LU and pivots share one allocation, freed when both are gone."""
     api = "vram.linalg.lu_factor"
     _checks.check_matrix(api, A, square=False)
-    LU, pivots, info = _factor_new(A, pivot, one_allocation=True)
-    _checks.check_errors(info, api, A.ndim == 2)
+    flag = _checks.ZeroPivotFlag.armed(A.device)
+    LU, pivots, info = _factor_new(A, pivot, one_allocation=True, flag=flag)
+    _checks.check_errors(info, api, A.ndim == 2, flag)
     return LUFactor(LU, pivots)

@@ -357,6 +357,7 @@ class SimLibs:
         info: int,
         pivot: bool,
         update: int = 0,
+        failed: int = 0,
     ) -> None:
         src, src_batch, src_row, src_col = source
 
@@ -379,6 +380,8 @@ class SimLibs:
             slots = self._array(s, info, batch, np.int32)
             shifted = np.where(infos != 0, infos + k0, 0)
             slots[:] = shifted if k0 == 0 else np.where(slots != 0, slots, shifted)
+            if failed and infos.any():  # the kernel's flag, in pinned host memory
+                s.device.driver.host_view(failed, 4).view(np.int32)[0] = 1
 
         self._queue(s, run)
 

@@ -269,7 +269,10 @@ def lu_solve(
 
 
 def _factor_for_solve(
-    A: Tensor, transpose: bool = False, own_info: bool = False
+    A: Tensor,
+    transpose: bool = False,
+    own_info: bool = False,
+    flag: _checks.ZeroPivotFlag | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, bool]:
     """(lu, pivots, info, transposed): the LU factors of A; with ``transpose``, of A^T
     (``transposed``) when A is contiguous, which saves the transposing copy. The LU table
@@ -277,7 +280,7 @@ def _factor_for_solve(
 
     The factors are the call's own, so LU, pivots and info share ONE allocation (an
     allocation less a call); ``own_info``: info apart, for a caller that returns it (it
-    must not hold the factors' memory)."""
+    must not hold the factors' memory). ``flag``: the zero-pivot flag (``factor``'s)."""
     *batch_dims, n, _ = A.shape
     batch = tuple(batch_dims)
     transposed = transpose and A.is_contiguous()
@@ -285,7 +288,7 @@ def _factor_for_solve(
     source = A.transpose(-2, -1) if transposed else A  # A^T packed column-major: A's layout
     if own_info:
         info = Tensor._empty(batch, int32, A.device)
-    factor(lu, pivots, info, source=source if A.numel() else None)
+    factor(lu, pivots, info, source=source if A.numel() else None, flag=flag)
     return lu, pivots, info, transposed
 
 
@@ -295,7 +298,10 @@ def _is_vector_rhs(A: Tensor, B: Tensor) -> bool:
     return B.ndim == 1 or (B.ndim == A.ndim - 1 and tuple(B.shape) == tuple(A.shape[:-1]))
 
 
-def _solve_ex(api: str, A: Tensor, B: Tensor, left: bool, own_info: bool) -> tuple[Tensor, Tensor]:
+def _solve_ex(
+    api: str, A: Tensor, B: Tensor, left: bool, own_info: bool, checked: bool
+) -> tuple[Tensor, Tensor, _checks.ZeroPivotFlag | None]:
+    """(X, info, the zero-pivot flag the factorization watched where ``checked``)."""
     _checks.check_matrix(api, A)
     _checks.check_same(api, ("A", A), ("B", B))
     if B.ndim < 1:
@@ -306,12 +312,13 @@ def _solve_ex(api: str, A: Tensor, B: Tensor, left: bool, own_info: bool) -> tup
     _check_rhs(api, n, rhs, left)
     batch = _checks.broadcast_batch(api, ("A", A), ("B", rhs))
     plan = plan_solve(n, rhs.shape[-1] if left else rhs.shape[-2], math.prod(batch), A.dtype.name)
-    lu, pivots, info, _ = _factor_for_solve(A, own_info=own_info)
+    flag = _checks.ZeroPivotFlag.armed(A.device) if checked else None
+    lu, pivots, info, _ = _factor_for_solve(A, own_info=own_info, flag=flag)
     if batch != _checks.batch_shape(A):  # A's factors broadcast to B's batch
         lu, pivots = _packed_factors(lu, pivots, batch)
     trans = OP_N if left else OP_T  # right: A^T X^T = B^T
     x = _solve_packed(lu, pivots, rhs, left, trans, False, plan)
-    return (x[..., 0] if vector else x), info
+    return (x[..., 0] if vector else x), info, flag
 
 
 def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = False) -> SolveEx:
@@ -319,9 +326,9 @@ def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = Fa
     (batch of) vector(s); batch dims broadcast; info (A's batch) as lu_factor_ex's.
     ``check_errors=True`` raises LinAlgError for a singular A (synchronizes)."""
     api = "vram.linalg.solve_ex"
-    x, info = _solve_ex(api, A, B, left, own_info=True)
+    x, info, flag = _solve_ex(api, A, B, left, own_info=True, checked=check_errors)
     if check_errors:
-        _checks.check_errors(info, api, A.ndim == 2)
+        _checks.check_errors(info, api, A.ndim == 2, flag)
     return SolveEx(x, info)
 
 
@@ -329,35 +336,39 @@ def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
     """X with A X = B (``left``) or X A = B, as torch.linalg.solve; LinAlgError naming the
     batch element where A is singular. Synchronizes (to read info)."""
     api = "vram.linalg.solve"
-    x, info = _solve_ex(api, A, B, left, own_info=False)
-    _checks.check_errors(info, api, A.ndim == 2)
+    x, info, flag = _solve_ex(api, A, B, left, own_info=False, checked=True)
+    _checks.check_errors(info, api, A.ndim == 2, flag)
     return x
 
 
 # ---- inv -----------------------------------------------------------------------------------
 
 
-def _inv_ex(api: str, A: Tensor, own_info: bool) -> tuple[Tensor, Tensor]:
+def _inv_ex(
+    api: str, A: Tensor, own_info: bool, checked: bool
+) -> tuple[Tensor, Tensor, _checks.ZeroPivotFlag | None]:
+    """(A^-1, info, the zero-pivot flag the factorization watched where ``checked``)."""
     _checks.check_matrix(api, A)
     *batch, n, _ = A.shape
     plan = plan_solve(n, n, math.prod(batch), A.dtype.name)
-    lu, pivots, info, _ = _factor_for_solve(A, own_info=own_info)
+    flag = _checks.ZeroPivotFlag.armed(A.device) if checked else None
+    lu, pivots, info, _ = _factor_for_solve(A, own_info=own_info, flag=flag)
     x = column_major_empty(tuple(batch), n, n, A)
     x.zero_()
     if x.numel():  # the identity: ones on the diagonal of every matrix
         batch_strides = tuple(s * n * n for s in contiguous_strides(tuple(batch)))
         x._view((*batch, n), (*batch_strides, n + 1), 0).fill_(1)
     solve_in_place(lu, pivots, x, OP_N, plan)
-    return x, info
+    return x, info, flag
 
 
 def inv_ex(A: Tensor, *, check_errors: bool = False) -> InvEx:
     """(A^-1, info), as torch.linalg.inv_ex; ``check_errors=True`` raises LinAlgError for a
     singular A (synchronizes)."""
     api = "vram.linalg.inv_ex"
-    x, info = _inv_ex(api, A, own_info=True)
+    x, info, flag = _inv_ex(api, A, own_info=True, checked=check_errors)
     if check_errors:
-        _checks.check_errors(info, api, A.ndim == 2)
+        _checks.check_errors(info, api, A.ndim == 2, flag)
     return InvEx(x, info)
 
 
@@ -365,8 +376,8 @@ def inv(A: Tensor) -> Tensor:
     """A^-1 (column-major matrices, as PyTorch's), as torch.linalg.inv; LinAlgError naming
     the batch element and the zero pivot where A is singular. Synchronizes."""
     api = "vram.linalg.inv"
-    x, info = _inv_ex(api, A, own_info=False)
-    _checks.check_errors(info, api, A.ndim == 2)
+    x, info, flag = _inv_ex(api, A, own_info=False, checked=True)
+    _checks.check_errors(info, api, A.ndim == 2, flag)
     return x
 
 

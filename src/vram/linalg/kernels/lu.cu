@@ -137,6 +137,8 @@ struct PanelArgs {
     i64 update;       // > 0 (``panel`` only): the previous panel's width, whose step on
                       // this panel's columns (interchanges, U12, A -= L21 U12) the panel
                       // applies first (the look-ahead's: ``previous_step``)
+    u64 failed;       // int*, or 0: set to 1 where a matrix has a zero pivot (page-locked
+                      // host memory, which the host reads after a synchronization)
 };
 
 // LAPACK's interchange of rows c and p, as positions: the row at p goes to c and the row
@@ -192,7 +194,8 @@ __device__ __forceinline__ Gather compose(const int* target, int jb, int lane) {
 }
 
 // info of matrix b after a panel whose first zero pivot is ``first_zero`` (0: none): the
-// first panel sets it, a later one only where no earlier panel found one
+// first panel sets it, a later one only where no earlier panel found one; any zero pivot
+// raises the ``failed`` flag (a plain store: every writer writes 1)
 __device__ __forceinline__ void record_info(const PanelArgs& args, i64 b, int first_zero) {
     int* info = reinterpret_cast<int*>(args.info) + b;
     if (args.k0 == 0) {
@@ -200,6 +203,7 @@ __device__ __forceinline__ void record_info(const PanelArgs& args, i64 b, int fi
     } else if (first_zero != 0 && *info == 0) {
         *info = first_zero;
     }
+    if (first_zero != 0 && args.failed != 0) *reinterpret_cast<volatile int*>(args.failed) = 1;
 }
 
 // Every thread of the cluster meets here; the release and acquire make each block's
