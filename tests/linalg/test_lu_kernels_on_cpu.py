@@ -205,7 +205,7 @@ def test_a_zero_pivot_raises_the_flag(kernels, monkeypatch, table):
     """record_info's flag: 1 after a panel that meets a zero pivot (here in a later panel's
     columns), untouched without one (check_errors then searches nothing)."""
     use(monkeypatch, table)
-    a = np.random.default_rng(3).standard_normal((3, 100, 100))
+    a = np.random.default_rng(3).standard_normal((3, 48, 48))
     flag = np.zeros(1, np.int32)
     factor_on_cpu(kernels, a, failed=flag.ctypes.data)
     assert flag[0] == 0
