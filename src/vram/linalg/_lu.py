@@ -130,7 +130,6 @@ def factor(
     pivots: Tensor,
     info: Tensor,
     pivot: bool = True,
-    plan: Plan | None = None,
     source: Tensor | None = None,
     flag: _checks.ZeroPivotFlag | None = None,
 ) -> Plan:
@@ -140,7 +139,8 @@ def factor(
     plan reads it where it lies (the blocked LU of a matrix one panel covers). ``flag``
     (armed): the blocked LU raises it for a zero pivot, and marks it watched.
 
-    Queued on the current stream; returns the plan it ran. Nothing synchronizes.
+    Queued on the current stream; returns the plan it ran (``plan_lu``'s). Nothing
+    synchronizes.
     """
     *batch_dims, m, n = lu.shape
     batch = math.prod(batch_dims)
@@ -153,8 +153,8 @@ def factor(
     dtype = lu.dtype.name
     clusters = _blocked.clusters_on(lu.device)
     first = _blocked.first_panel(dtype, m, batch, clusters)  # None: no blocked LU here
-    plan = plan or plan_lu_for(m, n, batch, dtype, first is not None)
-    if plan.path == "blocked":
+    plan = plan_lu_for(m, n, batch, dtype, first is not None)
+    if plan.path == "blocked":  # (so ``first`` is a config)
         failed = 0
         if flag is not None:
             failed, flag.watched = flag.ptr, True
@@ -195,7 +195,7 @@ def _factor_blocked(
     n: int,
     batch: int,
     clusters: bool,
-    first: PanelConfig | None,
+    first: PanelConfig,
     failed: int,
 ) -> None:
     """vram's blocked LU (``_blocked``): the input read where it lies when one panel covers
@@ -203,8 +203,6 @@ def _factor_blocked(
     the device runs cluster panels; ``first``: the first panel's config (``first_panel``);
     ``failed``: the zero-pivot flag's address, or 0."""
     read = None
-    if first is None:  # (a plan given for a call the blocked LU does not take)
-        first = _blocked.panel_config(dtype, m, batch, clusters)  # (raises ValueError)
     if source is not None:
         step = batch_stride(source) if _blocked.covers(first, m, n) else None
         if step is None:
