@@ -191,7 +191,7 @@ def test_the_zero_pivot_flag_on_the_gpu(shape, column):
     A = vram.tensor(a, device=CUDA)
     for _ in range(2):
         vram.linalg.lu_factor(A)
-        flag = _checks._flags.by_driver[vram.device(CUDA).driver]  # (this thread's)
+        flag = _checks.ZeroPivotFlag.of_thread(vram.device(CUDA))
         assert flag.watched and flag.value[0] == 0
     a[1, :, column] = 0  # U[column + 1, column + 1] of matrix 1 is zero
     B = vram.tensor(a, device=CUDA)

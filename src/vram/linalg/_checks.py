@@ -12,8 +12,6 @@
 from __future__ import annotations
 
 import math
-import threading
-import weakref
 from typing import Any
 
 import numpy as np
@@ -21,7 +19,7 @@ import numpy as np
 from .._dtypes import complex64, complex128, dtype, float32, float64
 from .._streams import current_stream
 from .._tensor import Tensor, broadcast_shapes
-from ._libs import libs_for
+from ._libs import PinnedArray, libs_for, per_thread
 
 __all__ = [
     "LinAlgError",
@@ -131,25 +129,22 @@ class ZeroPivotFlag:
     finds nothing; no kernel can lower it."""
 
     def __init__(self, driver: Any) -> None:
-        self.ptr = driver.host_alloc(4)
-        self.value = driver.host_view(self.ptr, 4).view(np.int32)
+        memory = self.memory = PinnedArray(driver, 1, np.int32)
+        self.ptr, self.value = memory.ptr, memory.values
         self.watched = False
-        weakref.finalize(self, driver.host_free, self.ptr)
+
+    @classmethod
+    def of_thread(cls, device: Any) -> ZeroPivotFlag:
+        """This thread's flag for ``device``'s driver, as the last call left it."""
+        return per_thread(device.driver, "zero-pivot flag", cls)
 
     @classmethod
     def armed(cls, device: Any) -> ZeroPivotFlag:
         """This thread's flag for ``device``'s driver, down and not watched."""
-        driver = device.driver
-        flags = _flags.__dict__.setdefault("by_driver", {})
-        flag = flags.get(driver)
-        if flag is None:
-            flag = flags[driver] = cls(driver)
+        flag = cls.of_thread(device)
         flag.value[0] = 0
         flag.watched = False
         return flag
-
-
-_flags = threading.local()  # .by_driver: driver -> this thread's ZeroPivotFlag
 
 
 def check_errors(
@@ -166,7 +161,7 @@ def check_errors(
     info = info.contiguous()
     stream = current_stream(info.device)
     if flag is not None and flag.watched:
-        info.device.driver.stream_synchronize(stream.cuda_stream)
+        stream.synchronize()
         if not flag.value[0]:
             return  # no zero pivot, and the blocked LU writes no negative info
     found = libs_for(info.device.type).first_nonzero(stream, info.data_ptr(), info.numel())

@@ -10,8 +10,6 @@ run on; pointers are ints; ``dtype`` is a vram dtype name ("float32", "float64",
 from __future__ import annotations
 
 import struct
-import threading
-import weakref
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from ._blocked import (
     solve_warp,
     swap_tile,
 )
+from ._libs import PinnedArray, per_thread
 
 __all__ = ["CudaLibs", "kernel_names", "lu_kernel_names", "KERNEL_SOURCE", "LU_SOURCE"]
 
@@ -134,17 +133,6 @@ def kernel_names() -> list[str]:
     return names
 
 
-class _Found:
-    """One thread's page-locked pair of int64 that ``first_nonzero`` writes from the device
-    (pinned memory is the device's too, at the same address: unified addressing), given
-    back when the thread's state goes."""
-
-    def __init__(self, driver: Any) -> None:
-        self.ptr = driver.host_alloc(16)
-        self.values = driver.host_view(self.ptr, 16).view(np.int64)
-        weakref.finalize(self, driver.host_free, self.ptr)
-
-
 class CudaLibs:
     """cuSOLVER, cuBLAS and vram's helper kernels on a GPU."""
 
@@ -156,7 +144,6 @@ class CudaLibs:
         self.driver = get_driver("cuda")  # (every stream's: a launch does not look it up)
         self._kernels: dict[tuple[int, str], Any] = {}  # (device, name) -> compiled kernel
         self._lu_kernels: dict[tuple[int, str], Any] = {}  # the same, of kernels/lu.cu
-        self._found = threading.local()  # .buffer: the thread's _Found
 
     # ---- cuSOLVER ------------------------------------------------------------------------
     def getrf_workspace(self, s: Stream, dtype: str, m: int, n: int, a: int, lda: int) -> int:
@@ -340,10 +327,8 @@ class CudaLibs:
         Synchronizes ``s``."""
         if count <= 0:
             return None
-        found = getattr(self._found, "buffer", None)
         driver = self.driver
-        if found is None:
-            found = self._found.buffer = _Found(driver)
+        found = per_thread(driver, "first_nonzero", lambda d: PinnedArray(d, 2, np.int64))
         self._launch(s, "first_nonzero", count, (found.ptr, info, count), blocks=1)
         driver.stream_synchronize(s.cuda_stream)
         index, value = found.values.tolist()
