@@ -41,8 +41,8 @@ from ._errors import CudaError
 from ._factories import empty
 from ._streams import Event, Stream
 from ._tensor import Tensor
+from ._units import format_bytes, format_size
 from .driver import cuda_usable
-from .memory import format_size
 
 __all__ = ["main"]
 
@@ -414,9 +414,9 @@ class _Pipeline:
             str(queued["producer"]),
             str(queued["consumer"]),
             f"{sum(done)}/{len(done)}",
-            _mib(stats["allocated_bytes.all.current"]),
-            _mib(stats["active_bytes.all.current"]),
-            _mib(stats["reserved_bytes.all.current"]),
+            format_bytes(stats["allocated_bytes.all.current"], 0),
+            format_bytes(stats["active_bytes.all.current"], 0),
+            format_bytes(stats["reserved_bytes.all.current"], 0),
         )
         if self.live is not None:
             self.live.refresh()
@@ -426,10 +426,6 @@ class _Pipeline:
         """The tensor's values, copied out on the consumer stream. Synchronizes it."""
         with self.streams["consumer"]:
             return tensor.numpy()
-
-
-def _mib(size: int) -> str:
-    return f"{size / (1 << 20):.0f} MiB"
 
 
 def _demo(options: argparse.Namespace) -> int:
@@ -474,11 +470,11 @@ def _pipeline(pipe: _Pipeline, batches: int) -> bool:
     producer, consumer = pipe.streams["producer"], pipe.streams["consumer"]
     with pipe.section("1. pipeline: a block used on another stream is kept by record_stream"):
         out = pipe.empty("consumer", batches, n)
-        pipe.show(f"consumer: alloc output {pipe.name(out)} ({_mib(out.nbytes)})")
+        pipe.show(f"consumer: alloc output {pipe.name(out)} ({format_bytes(out.nbytes, 0)})")
         for b in range(batches):
             batch = pipe.empty("producer", n)
             name = pipe.name(batch)
-            pipe.show(f"producer: alloc batch {b} -> {name} ({_mib(batch.nbytes)})")
+            pipe.show(f"producer: alloc batch {b} -> {name} ({format_bytes(batch.nbytes, 0)})")
             filled = pipe.queue("producer", batch.fill_, b + 1)
             pipe.show(f"producer: queue fill of {name} with {b + 1}s")
             consumer.wait_event(filled)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import vram
-from vram.driver._sim import MAX_CAPACITY, SimDriver, parse_bytes
+from vram._units import parse_bytes
+from vram.driver._sim import MAX_CAPACITY, SimDriver
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -173,7 +174,7 @@ def test_vram_sim_set_capacity_names_a_bad_argument(device, capacity, error, mes
     ],
 )
 def test_parse_bytes(text, size):
-    assert parse_bytes(text) == size
+    assert parse_bytes(text, "VRAM_SIM_MEMORY") == size
 
 
 @pytest.mark.parametrize(
@@ -193,7 +194,7 @@ def test_parse_bytes(text, size):
 )
 def test_parse_bytes_bad_values_name_the_variable(text, message):
     with pytest.raises(ValueError, match=rf"^VRAM_SIM_MEMORY: {message}"):
-        parse_bytes(text)
+        parse_bytes(text, "VRAM_SIM_MEMORY")
     with pytest.raises(ValueError, match=r"^--memory: "):
         parse_bytes(text, "--memory")
 

@@ -31,7 +31,6 @@ import itertools
 import mmap
 import numbers
 import os
-import re
 import sys
 import threading
 import time
@@ -43,11 +42,12 @@ from typing import Any
 import numpy as np
 
 from .._errors import CudaError, DeferredCudaError
+from .._units import parse_bytes
 from ._base import DeviceProperties, Driver
 from ._simgraph import SimGraphs
 from ._simpool import SimMemPool
 
-__all__ = ["SimDriver", "parse_bytes", "check_capacity", "MAX_DEVICES", "MAX_CAPACITY"]
+__all__ = ["SimDriver", "check_capacity", "MAX_DEVICES", "MAX_CAPACITY"]
 
 Touches = tuple[tuple[int, int], ...]  # (ptr, nbytes) ranges of device memory a work item uses
 
@@ -62,19 +62,6 @@ _HOST_PAGE = mmap.PAGESIZE
 # Linux: take no swap reservation, so a mapping larger than host RAM succeeds (Python < 3.12
 # does not name the flag); pages are only committed when written
 _NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
-
-
-def parse_bytes(text: str, argument: str = "VRAM_SIM_MEMORY") -> int:
-    """'16GiB', '512MB', '1073741824' -> bytes; ValueError naming ``argument`` otherwise."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(?:([KMGT])I?)?B?\s*", text, re.IGNORECASE)
-    if not match:
-        raise ValueError(f"{argument}: cannot read {text!r} as a size in bytes")
-    number, unit = match.groups()
-    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    size = int(float(number) * scale[(unit or "").upper()])
-    if size <= 0:
-        raise ValueError(f"{argument}: size must be positive, got {text!r}")
-    return size
 
 
 def check_capacity(capacity: object, argument: str = "capacity") -> int:
@@ -225,7 +212,7 @@ class SimDriver(SimGraphs, Driver):
             )
         if capacity is None:
             text = os.environ.get("VRAM_SIM_MEMORY", "16GiB")
-            capacity = check_capacity(parse_bytes(text), "VRAM_SIM_MEMORY")
+            capacity = check_capacity(parse_bytes(text, "VRAM_SIM_MEMORY"), "VRAM_SIM_MEMORY")
         self._lock = threading.RLock()
         self._memory = [_DeviceMemory(i, capacity) for i in range(device_count)]
         self._handles = itertools.count(1)

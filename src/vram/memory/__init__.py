@@ -1,5 +1,6 @@
 """Device memory: the caching allocator and PyTorch's memory functions (torch.cuda.memory)."""
 
+from .._units import format_size
 from ._allocation import Allocation
 from ._api import *  # noqa: F403
 from ._api import __all__ as _api_all
@@ -19,7 +20,7 @@ from ._host import (
     reset_accumulated_host_memory_stats,
     reset_peak_host_memory_stats,
 )
-from ._oom_report import MemoryReport, format_size, memory_report
+from ._oom_report import MemoryReport, memory_report
 from ._pools import MemPool, use_mem_pool
 from ._registry import allocate, allocator_for
 from ._sanitizer import StreamRace, StreamRaceWarning, stream_races

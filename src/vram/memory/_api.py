@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from .._device import Device, as_device, current_device_obj
 from .._streams import Stream, current_stream
+from .._units import summary_size
 from ._caching import DeviceCachingAllocator
 from ._config import apply_settings, default_config, set_default_config
 from ._registry import _allocators, allocator_for
@@ -299,18 +300,6 @@ def enable_peer_access(peer: object, device: object = None) -> None:
     allocator_for(other).add_peer(found.index)
 
 
-def _format_size(size: int, reference: int) -> str:
-    prefixes = ["B  ", "KiB", "MiB", "GiB", "TiB", "PiB"]
-    prefix = prefixes[0]
-    for new_prefix in prefixes[1:]:
-        if reference < 768 * 1024:
-            break
-        prefix = new_prefix
-        size //= 1024
-        reference /= 1024
-    return f"{size:6d} {prefix}"
-
-
 def _format_count(count: int, reference: int) -> str:
     prefixes = [" ", "K", "M"]
     prefix = prefixes[0]
@@ -324,11 +313,11 @@ def _format_count(count: int, reference: int) -> str:
 
 
 _METRICS = [
-    ("allocated_bytes", "Allocated memory", _format_size),
-    ("active_bytes", "Active memory", _format_size),
-    ("requested_bytes", "Requested memory", _format_size),
-    ("reserved_bytes", "GPU reserved memory", _format_size),
-    ("inactive_split_bytes", "Non-releasable memory", _format_size),
+    ("allocated_bytes", "Allocated memory", summary_size),
+    ("active_bytes", "Active memory", summary_size),
+    ("requested_bytes", "Requested memory", summary_size),
+    ("reserved_bytes", "GPU reserved memory", summary_size),
+    ("inactive_split_bytes", "Non-releasable memory", summary_size),
     ("allocation", "Allocations", _format_count),
     ("active", "Active allocs", _format_count),
     ("segment", "GPU reserved segments", _format_count),

@@ -50,10 +50,10 @@ from typing import Any
 from .._device import Device
 from .._errors import CudaError, OutOfMemoryError
 from .._streams import Stream
+from .._units import format_size
 from ..driver import Driver
 from ._allocation import FreesDropped
 from ._config import AllocatorConfig, _items, default_config
-from ._oom_report import format_size
 from ._stats import DeviceStats
 
 __all__ = ["AsyncAllocator", "ignored_settings", "SNAPSHOT_UNSUPPORTED"]

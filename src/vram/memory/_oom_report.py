@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._errors import OutOfMemoryError
+from .._units import format_bytes, format_size
 from ._config import SIZE_MAX
 from ._history import frames_to_dicts
 from ._pool import UNMAPPED
@@ -57,17 +58,6 @@ __all__ = [
 _LARGEST_LIVE = 10  # live blocks listed
 _FRAMES_SHOWN = 3  # frames printed per live block (all are kept)
 _dumps = 0  # snapshots written on OOM by this process (numbers the files in a folder)
-
-
-def format_size(size: int) -> str:
-    """PyTorch's format_size: '512 bytes', '1.50 KiB', '20.00 MiB', '2.00 GiB'."""
-    if size <= 1024:
-        return f"{size} bytes"
-    if size <= 1048576:
-        return f"{size / 1024:.2f} KiB"
-    if size <= 1073741824:
-        return f"{size / 1048576:.2f} MiB"
-    return f"{size / 1073741824:.2f} GiB"
 
 
 def out_of_memory(
@@ -96,15 +86,6 @@ def out_of_memory(
     cap = total if limit is None else limit
     error.report = oom_report(allocator, size, rounded, stream, cap, free)  # why (below)
     return error, (allocator.index, alloc_size, cap, free)
-
-
-def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n} B"
 
 
 @dataclass(frozen=True)
@@ -224,17 +205,19 @@ class MemoryReport:
         lines = []
         if self.request is not None:
             lines.append(
-                f"out of memory on {self.device}: {_size(self.request)} requested "
-                f"({_size(self.rounded)} rounded) on stream {_stream(self.stream)}"
+                f"out of memory on {self.device}: {format_bytes(self.request)} requested "
+                f"({format_bytes(self.rounded)} rounded) on stream {_stream(self.stream)}"
             )
             if self.limit is not None:
-                free = "" if self.device_free is None else f", {_size(self.device_free)} free"
-                lines.append(f"  device memory allowed: {_size(self.limit)}{free}")
+                free = (
+                    "" if self.device_free is None else f", {format_bytes(self.device_free)} free"
+                )
+                lines.append(f"  device memory allowed: {format_bytes(self.limit)}{free}")
         else:
             lines.append(f"memory of {self.device}")
         lines.append(
-            f"  reserved {_size(self.reserved)}, allocated {_size(self.allocated)}: "
-            f"{_size(self.reserved - self.allocated)} reserved but not allocated"
+            f"  reserved {format_bytes(self.reserved)}, allocated {format_bytes(self.allocated)}: "
+            f"{format_bytes(self.reserved - self.allocated)} reserved but not allocated"
         )
         if self.settings:
             lines.append(f"  settings: {self.settings}")
@@ -243,28 +226,30 @@ class MemoryReport:
             lines.append("  (no free blocks)")
         for f in self.free_blocks:
             lines.append(
-                f"  {f.pool:<26} stream {_stream(f.stream):<14} {_size(f.largest):>11}"
-                f"   ({_size(f.free_bytes)} free in {f.count} blocks)"
+                f"  {f.pool:<26} stream {_stream(f.stream):<14} {format_bytes(f.largest):>11}"
+                f"   ({format_bytes(f.free_bytes)} free in {f.count} blocks)"
             )
         lines.append(
-            f"free blocks of split segments: {_size(self.split_free_bytes)} in "
+            f"free blocks of split segments: {format_bytes(self.split_free_bytes)} in "
             f"{self.split_free_blocks} blocks"
         )
         if self.pending:
-            held = ", ".join(f"stream {_stream(s)}: {_size(n)}" for s, n in self.pending.items())
+            held = ", ".join(
+                f"stream {_stream(s)}: {format_bytes(n)}" for s, n in self.pending.items()
+            )
             lines.append(f"frees waiting on stream events: {held}")
         else:
             lines.append("frees waiting on stream events: none")
         for p in self.private_pools:
             lines.append(
-                f"private pool {p.pool}: {_size(p.reserved)} reserved, "
-                f"{_size(p.allocated)} allocated"
+                f"private pool {p.pool}: {format_bytes(p.reserved)} reserved, "
+                f"{format_bytes(p.allocated)} allocated"
             )
         lines.append(f"{len(self.largest_live)} largest live blocks:")
         for b in self.largest_live:
             lines.append(
-                f"  {_size(b.size):>11} at {b.address:#x}  stream {_stream(b.stream)}  "
-                f"{b.pool}  (requested {_size(b.requested)})"
+                f"  {format_bytes(b.size):>11} at {b.address:#x}  stream {_stream(b.stream)}  "
+                f"{b.pool}  (requested {format_bytes(b.requested)})"
             )
             for frame in b.frames[:_FRAMES_SHOWN]:
                 lines.append(
@@ -463,30 +448,31 @@ def findings(report: MemoryReport) -> list[str]:
     largest = report.largest_free
     if need is not None and report.split_free_bytes >= need > largest:
         out.append(
-            f"{_size(report.split_free_bytes)} is free in blocks of split segments, but the "
-            f"largest free block is {_size(largest)}, less than the {_size(need)} asked for: "
+            f"{format_bytes(report.split_free_bytes)} is free in blocks of split segments, "
+            f"but the largest free block is {format_bytes(largest)}, less than the "
+            f"{format_bytes(need)} asked for: "
             "the free memory lies between live blocks (fragmentation). "
             "expandable_segments:True maps pages where they are needed instead."
         )
     elif report.split_free_bytes and report.split_free_bytes * 4 >= report.reserved:
         out.append(
-            f"{_size(report.split_free_bytes)} of {_size(report.reserved)} reserved lies in "
-            "free blocks of split segments (fragmentation); expandable_segments:True "
-            "avoids most of it."
+            f"{format_bytes(report.split_free_bytes)} of {format_bytes(report.reserved)} "
+            "reserved lies in free blocks of split segments (fragmentation); "
+            "expandable_segments:True avoids most of it."
         )
     if report.pending:
         total = sum(report.pending.values())
         streams = ", ".join(_stream(s) for s in report.pending)
         out.append(
-            f"{_size(total)} is held by frees waiting for work on stream(s) {streams} "
+            f"{format_bytes(total)} is held by frees waiting for work on stream(s) {streams} "
             "(record_stream): a block freed there is reused only once that stream's work "
             "queued before the free has run. record_use(stream) after the last use returns "
             "it at the free instead."
         )
     if report.expandable_oversize_free and report.max_split_size is not None:
         out.append(
-            f"{_size(report.expandable_oversize_free)} is free in blocks of expandable "
-            f"segments that are at least max_split_size ({_size(report.max_split_size)}): "
+            f"{format_bytes(report.expandable_oversize_free)} is free in blocks of expandable "
+            f"segments that are at least max_split_size ({format_bytes(report.max_split_size)}): "
             "requests below max_split_size may not use them (PyTorch's rule, which vram "
             "keeps so that replays match PyTorch), so new pages are mapped instead and "
             "reserved memory grows (pytorch#193400). With expandable_segments:True, drop "
@@ -499,27 +485,29 @@ def findings(report: MemoryReport) -> list[str]:
         if elsewhere:
             cached = sum(f.free_bytes for f in elsewhere)
             out.append(
-                f"free blocks large enough are cached on other streams ({_size(cached)}); "
+                f"free blocks large enough are cached on other streams ({format_bytes(cached)}); "
                 "blocks are reused only on their stream. cross_stream_reuse:True (vram) lets "
                 "a stream take another's whole free segment after an event wait."
             )
     held = sum(p.reserved for p in report.private_pools)
     if held:
         out.append(
-            f"{_size(held)} is held by private pools (MemPools, CUDA graphs): only their "
+            f"{format_bytes(held)} is held by private pools (MemPools, CUDA graphs): only their "
             "users get it; it returns to the device when the pool is gone and "
             "empty_cache() runs."
         )
     if need is not None and report.limit is not None and report.reserved + need <= report.limit:
         if report.device_free is not None and report.device_free < need:
             out.append(
-                f"vram reserves {_size(report.reserved)} of the {_size(report.limit)} allowed, "
-                f"but the device has only {_size(report.device_free)} free: other processes "
+                f"vram reserves {format_bytes(report.reserved)} of the "
+                f"{format_bytes(report.limit)} allowed, "
+                f"but the device has only {format_bytes(report.device_free)} free: other processes "
                 "(or other allocators) hold the rest."
             )
     if need is not None and report.reserved - report.allocated < need and not out:
         out.append(
-            f"live allocations hold {_size(report.allocated)} of {_size(report.reserved)} "
+            f"live allocations hold {format_bytes(report.allocated)} of "
+            f"{format_bytes(report.reserved)} "
             "reserved: the program needs more memory than the device allows (no setting "
             "frees live memory)."
         )

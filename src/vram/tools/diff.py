@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._units import format_bytes
 from ._output import check_output_path
 from ._snapshot_file import load_snapshot
-from .replay import _downsample, _fmt
+from .replay import _downsample
 from .viz import _ViewData, check_device
 
 __all__ = ["RunDiff", "snapshot_diff", "diff_tables", "write_diff_html"]
@@ -206,7 +207,7 @@ def _change(x: int, y: int) -> str:
     delta = y - x
     if delta == 0:
         return "="
-    return ("+" if delta > 0 else "-") + _fmt(abs(delta))
+    return ("+" if delta > 0 else "-") + format_bytes(abs(delta))
 
 
 def diff_tables(result: RunDiff, shown: int = _FRAMES_SHOWN) -> list[Any]:
@@ -229,7 +230,15 @@ def diff_tables(result: RunDiff, shown: int = _FRAMES_SHOWN) -> list[Any]:
             name, justify="right", no_wrap=True
         )
     for f, ap, bp, ae, be in result.frames[:shown]:
-        frames.add_row(f, _fmt(ap), _fmt(bp), _change(ap, bp), _fmt(ae), _fmt(be), _change(ae, be))
+        frames.add_row(
+            f,
+            format_bytes(ap),
+            format_bytes(bp),
+            _change(ap, bp),
+            format_bytes(ae),
+            format_bytes(be),
+            _change(ae, be),
+        )
     segments = Table(title="segments at the end, by pool, stream, kind and size")
     for name in ("pool", "stream", "kind", "size", "A", "B", "reserved change", "held change"):
         segments.add_column(name, justify="right" if name not in ("pool", "kind") else "left")
@@ -238,9 +247,9 @@ def diff_tables(result: RunDiff, shown: int = _FRAMES_SHOWN) -> list[Any]:
             pool,
             stream,
             kind,
-            "-" if kind == "expandable" else _fmt(size),
-            f"{x[0]} ({_fmt(x[1])})",
-            f"{y[0]} ({_fmt(y[1])})",
+            "-" if kind == "expandable" else format_bytes(size),
+            f"{x[0]} ({format_bytes(x[1])})",
+            f"{y[0]} ({format_bytes(y[1])})",
             _change(x[1], y[1]),
             _change(x[2], y[2]),
         )
@@ -272,8 +281,8 @@ def write_diff_html(result: RunDiff, out: str | Path, shown: int = 40) -> Path:
         f'<div class="panel"><h3>{label}: {e(run.name)}</h3>'
         f'<svg viewBox="0 0 {width} {height}" width="{width}" height="{height}">'
         f"{_lines(run, top, width, height)}</svg>"
-        f"<p>peak reserved {_fmt(run.summary['peak reserved'])} &middot; peak allocated "
-        f"{_fmt(run.summary['peak allocated'])} &middot; {run.summary['trace events']} "
+        f"<p>peak reserved {format_bytes(run.summary['peak reserved'])} &middot; peak allocated "
+        f"{format_bytes(run.summary['peak allocated'])} &middot; {run.summary['trace events']} "
         "events</p></div>"
         for label, run in (("A", a), ("B", b))
     )
@@ -293,9 +302,9 @@ def write_diff_html(result: RunDiff, out: str | Path, shown: int = 40) -> Path:
     )
     segments = "".join(
         f"<tr><td>{e(str(pool))}</td><td>{e(str(stream))}</td><td>{e(kind)}</td>"
-        f"<td>{'-' if kind == 'expandable' else _fmt(size)}</td>"
-        f"<td>{x[0]} ({_fmt(x[1])}, {_fmt(x[2])} held)</td>"
-        f"<td>{y[0]} ({_fmt(y[1])}, {_fmt(y[2])} held)</td>"
+        f"<td>{'-' if kind == 'expandable' else format_bytes(size)}</td>"
+        f"<td>{x[0]} ({format_bytes(x[1])}, {format_bytes(x[2])} held)</td>"
+        f"<td>{y[0]} ({format_bytes(y[1])}, {format_bytes(y[2])} held)</td>"
         f"<td class='{_css(y[1] - x[1])}'>{_change(x[1], y[1])}</td></tr>"
         for (pool, stream, kind, size), x, y in result.segments
     )
@@ -342,7 +351,7 @@ _BYTES = frozenset(
 
 
 def _cell(metric: str, value: int) -> str:
-    return _fmt(value) if metric in _BYTES else str(value)
+    return format_bytes(value) if metric in _BYTES else str(value)
 
 
 def _css(delta: int) -> str:

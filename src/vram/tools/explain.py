@@ -31,11 +31,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..driver._sim import parse_bytes
+from .._units import format_bytes, parse_bytes
 from ..memory._oom_report import FreeBlocks, LiveBlock, MemoryReport, PoolUse, findings
 from ._output import describe_error
 from ._snapshot_file import load_snapshot
-from .replay import _fmt
 from .suggest import Suggestion, suggest_settings
 
 __all__ = ["report_from_snapshot", "find_setting", "main_explain"]
@@ -208,10 +207,12 @@ def _verdict(result: Suggestion) -> str:
     if fix is None:
         return (
             f"none of the {result.replays} settings tried fits it: the live memory at the "
-            f"peak ({_fmt(result.lower_bound)}, each request rounded to 512 B) needs more "
+            f"peak ({format_bytes(result.lower_bound)}, each request rounded to 512 B) needs more "
             "than the device allows"
         )
-    return f"{fix.how} (a replay of the recorded history fits: {_fmt(fix.peak_reserved)} peak)"
+    return (
+        f"{fix.how} (a replay of the recorded history fits: {format_bytes(fix.peak_reserved)} peak)"
+    )
 
 
 def main_explain(argv: list[str] | None = None) -> int:

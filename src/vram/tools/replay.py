@@ -57,10 +57,10 @@ from typing import Any
 
 from .._device import Device
 from .._errors import CudaError, OutOfMemoryError
-from ..driver._sim import SimDriver, parse_bytes
+from .._units import format_bytes, parse_bytes
+from ..driver._sim import SimDriver
 from ..memory._caching import DeviceCachingAllocator
 from ..memory._config import AllocatorConfig, parse_config
-from ..memory._oom_report import _size as _fmt  # bytes as the tools print them
 from ._output import check_output_path, console, describe_error, fitted, progress
 from ._replay_pools import add_pool_routes, find_private_pools
 from ._snapshot_file import load_snapshot
@@ -789,11 +789,11 @@ def _table(rows: list[dict], title: str) -> Any:
         table.add_row(
             row["config"],
             str(row["device_malloc"]),
-            _fmt(row["peak_reserved"]),
-            _fmt(row["peak_allocated"]),
+            format_bytes(row["peak_reserved"]),
+            format_bytes(row["peak_allocated"]),
             "-" if row["peak_ratio"] is None else f"{row['peak_ratio']:.3f}",
-            _fmt(row["reserved_at_peak"]),
-            _fmt(row["largest_free_at_peak"]),
+            format_bytes(row["reserved_at_peak"]),
+            format_bytes(row["largest_free_at_peak"]),
             f"{row['fragmentation_at_peak']:.1%}",
             oom,
             "yes" if row["matches_recorded"] else "no",
@@ -833,7 +833,7 @@ def write_html(runs: list[_Run], path: str | Path, title: str = "vram replay") -
         row = run.row
         ticks = "".join(
             f'<text x="{left - 4}" y="{pad + height - f * height + 4:.1f}" text-anchor="end">'
-            f"{_fmt(int(top * f))}</text>"
+            f"{format_bytes(int(top * f))}</text>"
             f'<line x1="{left}" x2="{left + width}" y1="{pad + height - f * height:.1f}" '
             f'y2="{pad + height - f * height:.1f}" class="grid"/>'
             for f in (0, 0.25, 0.5, 0.75, 1)
@@ -846,7 +846,8 @@ def write_html(runs: list[_Run], path: str | Path, title: str = "vram replay") -
             f'<text x="{left + width / 2}" y="{height + 2 * pad - 8}" text-anchor="middle">'
             f"event ({len(run.reserved)} events)</text></svg>"
             f"<p>device mallocs {row['device_malloc']} · peak reserved "
-            f"{_fmt(row['peak_reserved'])} · peak allocated {_fmt(row['peak_allocated'])}"
+            f"{format_bytes(row['peak_reserved'])} · peak allocated "
+            f"{format_bytes(row['peak_allocated'])}"
             f"{' · OOM' if row['oom'] else ''}</p></div>"
         )
     page = f"""<!doctype html>

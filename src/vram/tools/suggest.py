@@ -42,11 +42,11 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from .._units import format_bytes
 from ._output import console, describe_error, fitted
 from .replay import (
     Pruned,
     _device_capacity,
-    _fmt,
     _read_trace,
     _replay_one,
     _Trace,
@@ -89,7 +89,7 @@ class Candidate:
         for part in self.config.split(","):
             key, _, value = part.partition(":")
             if key == "memory_limit" and self.cap is not None:
-                calls.append(f"set_per_process_memory_fraction allowing {_fmt(self.cap)}")
+                calls.append(f"set_per_process_memory_fraction allowing {format_bytes(self.cap)}")
             elif key == "memory_limit":
                 calls.append("set_per_process_memory_fraction(1.0)")
             elif part:
@@ -351,7 +351,7 @@ def _table(result: Suggestion, shown: int) -> Any:
 
     title = f"settings for {result.trace}, ranked by peak reserved"
     if result.capacity is not None:
-        title += f" (fits: on a {_fmt(result.capacity)} device)"
+        title += f" (fits: on a {format_bytes(result.capacity)} device)"
     table = Table(title=title)
     names = ["#", "setting", "peak reserved", "recovers", "share", "mallocs"]
     if result.capacity is not None:
@@ -364,12 +364,14 @@ def _table(result: Suggestion, shown: int) -> Any:
     rows = [(None, result.baseline)] + list(enumerate(result.candidates[:shown], 1))
     for rank, c in rows:
         if c.pruned:
-            peak, recovers, share = f"> {_fmt(result.baseline.peak_reserved)}", "-", "-"
+            peak, recovers, share = f"> {format_bytes(result.baseline.peak_reserved)}", "-", "-"
         elif c.oom:
             peak, recovers, share = "out of memory", "-", "-"
         else:
-            peak = _fmt(c.peak_reserved)
-            recovers = _fmt(c.recovers) if c.recovers >= 0 else f"-{_fmt(-c.recovers)}"
+            peak = format_bytes(c.peak_reserved)
+            recovers = (
+                format_bytes(c.recovers) if c.recovers >= 0 else f"-{format_bytes(-c.recovers)}"
+            )
             share = "-" if c.recovers_share is None else f"{c.recovers_share:.0%}"
         setting = c.how + ("" if c.pytorch else " (vram)")
         cells = ["-" if rank is None else str(rank), setting, peak, recovers, share]
@@ -385,29 +387,29 @@ def _summary(result: Suggestion) -> list[str]:
     lines = []
     recoverable = max(base.peak_reserved - result.lower_bound, 0)  # type: ignore[operator]
     lines.append(
-        f"lower bound: {_fmt(result.lower_bound)} (the peak of live bytes, each request "
-        f"rounded to 512 B); the recorded settings reserve {_fmt(base.peak_reserved)} at "
-        f"their peak (on a device with room for it): at most {_fmt(recoverable)} can be "
+        f"lower bound: {format_bytes(result.lower_bound)} (the peak of live bytes, each request "
+        f"rounded to 512 B); the recorded settings reserve {format_bytes(base.peak_reserved)} at "
+        f"their peak (on a device with room for it): at most {format_bytes(recoverable)} can be "
         "recovered by any setting."
     )
     best = result.best
     if best is not None and best.recovers > 0:
         share = "" if best.recovers_share is None else f", {best.recovers_share:.0%} of that"
         lines.append(
-            f"best: {best.how} reserves {_fmt(best.peak_reserved)}, recovering "
-            f"{_fmt(best.recovers)}{share}."
+            f"best: {best.how} reserves {format_bytes(best.peak_reserved)}, recovering "
+            f"{format_bytes(best.recovers)}{share}."
         )
     else:
         lines.append("best: the recorded settings; no candidate reserves less.")
     if result.capacity is not None:
-        cap = _fmt(result.capacity)
+        cap = format_bytes(result.capacity)
         fitting = sum(1 for c in result.candidates if c.fits)
         if base.fits:
             lines.append(f"at {cap}: the recorded settings fit; {fitting} candidates fit too.")
         else:
             fix = result.makes_it_fit
             what = (
-                f"{fix.how} makes it fit ({_fmt(fix.peak_reserved)} at its peak)"
+                f"{fix.how} makes it fit ({format_bytes(fix.peak_reserved)} at its peak)"
                 if fix is not None
                 else "no setting tried makes it fit: the program needs more memory"
             )

@@ -22,10 +22,11 @@ from collections import Counter
 from pathlib import Path
 
 from .._device import as_device
+from .._units import format_bytes
 from ..memory._api import memory_summary
 from ..memory._snapshot import _dump_snapshot, _record_memory_history
 from ._output import check_output_path, console, describe_error, fitted
-from .replay import _fmt, load_snapshot
+from .replay import load_snapshot
 from .viz import check_device
 
 __all__ = ["main_trace", "main_stats"]
@@ -170,12 +171,12 @@ def _snapshot_table(snapshot: dict, title: str, abbreviated: bool = False):
         values = {
             "device": str(device),
             "segments": str(len(segments)),
-            "reserved": _fmt(sum(s["total_size"] for s in segments)),
-            "allocated": _fmt(sum(s.get("allocated_size", 0) for s in segments)),
-            "active": _fmt(sum(s.get("active_size", 0) for s in segments)),
-            "requested": _fmt(sum(s.get("requested_size", 0) for s in segments)),
-            "free (inactive)": _fmt(sum(inactive)),
-            "largest free block": _fmt(max(inactive, default=0)),
+            "reserved": format_bytes(sum(s["total_size"] for s in segments)),
+            "allocated": format_bytes(sum(s.get("allocated_size", 0) for s in segments)),
+            "active": format_bytes(sum(s.get("active_size", 0) for s in segments)),
+            "requested": format_bytes(sum(s.get("requested_size", 0) for s in segments)),
+            "free (inactive)": format_bytes(sum(inactive)),
+            "largest free block": format_bytes(max(inactive, default=0)),
             "trace events": str(len(trace)),
             "allocs": str(actions["alloc"]),
             "segment allocs": str(actions["segment_alloc"] + actions["segment_map"]),

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._units import format_bytes
 from ._output import check_output_path
 from ._snapshot_file import load_snapshot
 
@@ -148,7 +149,7 @@ def write_png(
     ax.step(xs, reserved, where="post", color="#333333", linewidth=0.8, label="reserved")
     peak = max(range(len(total)), key=total.__getitem__)
     ax.plot([xs[peak]], [total[peak]], "v", color="#c0392b")
-    ax.annotate(f"peak active {_fmt_bytes(layout.active_total[peak])}", (xs[peak], total[peak]))
+    ax.annotate(f"peak active {format_bytes(layout.active_total[peak])}", (xs[peak], total[peak]))
     ax.set_xlim(0, max(view.n, 1))
     ax.set_ylim(0, max(max(reserved, default=0), max(total, default=0), 1e-9) * 1.08)
     ax.set_xlabel("event")
@@ -641,11 +642,3 @@ def _size_colour(size: int, bits: tuple[int, int], index: int) -> tuple[float, f
     elif index % 3 == 2:
         rgb = [c * 0.86 for c in rgb]
     return tuple(c / 255 for c in rgb)
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n} B"
