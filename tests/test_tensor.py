@@ -273,8 +273,12 @@ def test_copy_broadcasts_the_source():
     dst = vram.zeros(2, 3, device=SIM)
     dst.copy_(vram.tensor([1.0, 2.0, 3.0], device=SIM))
     np.testing.assert_array_equal(dst.numpy(), [[1, 2, 3], [1, 2, 3]])
-    with pytest.raises(ValueError, match="'src'"):
+    with pytest.raises(RuntimeError, match=r"size of tensor a \(3\) must match .* b \(4\)"):
         dst.copy_(vram.zeros(4, device=SIM))
+    with pytest.raises(
+        RuntimeError, match=r"output with shape \[2, 3\] doesn't match .* \[2, 2, 3\]"
+    ):
+        dst.copy_(vram.zeros(2, 1, 3, device=SIM))
 
 
 @pytest.mark.parametrize(

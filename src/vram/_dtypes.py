@@ -32,9 +32,13 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class dtype:  # noqa: N801 - PyTorch's spelling
-    """An element type. ``np`` is the NumPy dtype that holds it on the host."""
+    """An element type. ``np`` is the NumPy dtype that holds it on the host.
+
+    There is one object per dtype (the module's constants): they compare and hash by
+    identity, which is what every plan key and dtype test wants, and unpickle to themselves.
+    """
 
     name: str
     np: np.dtype
@@ -54,6 +58,9 @@ class dtype:  # noqa: N801 - PyTorch's spelling
 
     def __repr__(self) -> str:
         return f"vram.{self.name}"
+
+    def __reduce__(self) -> tuple:
+        return as_dtype, (self.name,)
 
 
 float16 = dtype("float16", np.dtype(np.float16), "__half")

@@ -24,6 +24,7 @@ __all__ = [
     "ExternalStream",
     "Event",
     "current_stream",
+    "current_handle",
     "default_stream",
     "set_stream",
     "stream",
@@ -303,6 +304,13 @@ def current_stream(device: object = None) -> Stream:
     found = current_device_obj() if device is None else as_device(device)
     s = _local.current.get(found) or _defaults.get(found)
     return s if s is not None else default_stream(found)
+
+
+def current_handle(device: Device) -> int:
+    """The driver handle of this thread's current stream on ``device`` (a Device, not a
+    spec): ``current_stream(device).cuda_stream`` without resolving the device again."""
+    s = _local.current.get(device) or _defaults.get(device)
+    return (s if s is not None else default_stream(device)).cuda_stream
 
 
 def set_stream(s: Stream) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -417,7 +418,7 @@ class Tensor:
         if not isinstance(src, Tensor):
             raise TypeError(f"src: expected a vram.Tensor, got {type(src).__name__}")
         if src.device == self.device:
-            dispatch["copy"](self, src)
+            dispatch["copy_"](self, src)
         elif non_blocking and _async_copy(self, src):
             pass
         else:
@@ -467,46 +468,193 @@ class Tensor:
 
     def fill_(self, value: Any) -> Tensor:
         """Set every element to ``value``."""
-        dispatch["fill"](self, value)
-        return self
+        return dispatch["fill_"](self, value)
 
     def zero_(self) -> Tensor:
-        return self.fill_(0)
+        return dispatch["fill_"](self, 0)
 
-    # ---- arithmetic ------------------------------------------------------------------
-    def add(self, other: Any) -> Tensor:
-        return dispatch["binary"]("add", self, other)
+    # ---- pointwise ops (vram.ops): the methods below and the in-place twins of _UNARY ----
+    def add(self, other: Any, *, alpha: Any = 1) -> Tensor:
+        return dispatch["add"](self, other, alpha=alpha)
 
-    def sub(self, other: Any) -> Tensor:
-        return dispatch["binary"]("sub", self, other)
+    def add_(self, other: Any, *, alpha: Any = 1) -> Tensor:
+        return dispatch["add"](self, other, alpha=alpha, out=self)
 
-    def mul(self, other: Any) -> Tensor:
-        return dispatch["binary"]("mul", self, other)
+    def sub(self, other: Any, *, alpha: Any = 1) -> Tensor:
+        return dispatch["sub"](self, other, alpha=alpha)
 
-    def div(self, other: Any) -> Tensor:
-        return dispatch["binary"]("div", self, other)
+    def sub_(self, other: Any, *, alpha: Any = 1) -> Tensor:
+        return dispatch["sub"](self, other, alpha=alpha, out=self)
 
-    def add_(self, other: Any) -> Tensor:
-        return dispatch["binary"]("add", self, other, out=self)
+    def div(self, other: Any, *, rounding_mode: str | None = None) -> Tensor:
+        return dispatch["div"](self, other, rounding_mode=rounding_mode)
 
-    def sub_(self, other: Any) -> Tensor:
-        return dispatch["binary"]("sub", self, other, out=self)
+    def div_(self, other: Any, *, rounding_mode: str | None = None) -> Tensor:
+        return dispatch["div"](self, other, rounding_mode=rounding_mode, out=self)
 
-    def mul_(self, other: Any) -> Tensor:
-        return dispatch["binary"]("mul", self, other, out=self)
+    def clamp(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+        return dispatch["clamp"](self, min, max)
 
-    def div_(self, other: Any) -> Tensor:
-        return dispatch["binary"]("div", self, other, out=self)
+    def clamp_(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+        return dispatch["clamp"](self, min, max, out=self)
 
-    __add__, __sub__, __mul__, __truediv__ = add, sub, mul, div
-    __iadd__, __isub__, __imul__, __itruediv__ = add_, sub_, mul_, div_
-    __radd__, __rmul__ = add, mul
+    clip, clip_ = clamp, clamp_
+
+    def addcmul(self, tensor1: Tensor, tensor2: Tensor, *, value: Any = 1) -> Tensor:
+        return dispatch["addcmul"](self, tensor1, tensor2, value=value)
+
+    def addcmul_(self, tensor1: Tensor, tensor2: Tensor, *, value: Any = 1) -> Tensor:
+        return dispatch["addcmul"](self, tensor1, tensor2, value=value, out=self)
+
+    def addcdiv(self, tensor1: Tensor, tensor2: Tensor, *, value: Any = 1) -> Tensor:
+        return dispatch["addcdiv"](self, tensor1, tensor2, value=value)
+
+    def addcdiv_(self, tensor1: Tensor, tensor2: Tensor, *, value: Any = 1) -> Tensor:
+        return dispatch["addcdiv"](self, tensor1, tensor2, value=value, out=self)
+
+    def lerp(self, end: Tensor, weight: Any) -> Tensor:
+        return dispatch["lerp"](self, end, weight)
+
+    def lerp_(self, end: Tensor, weight: Any) -> Tensor:
+        return dispatch["lerp"](self, end, weight, out=self)
+
+    def where(self, condition: Tensor, other: Any) -> Tensor:
+        """``self`` where ``condition``, else ``other`` (torch.where(condition, self, other))."""
+        return dispatch["where"](condition, self, other)
+
+    def nan_to_num(
+        self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None
+    ) -> Tensor:
+        return dispatch["nan_to_num"](self, nan, posinf, neginf)
+
+    def nan_to_num_(
+        self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None
+    ) -> Tensor:
+        return dispatch["nan_to_num"](self, nan, posinf, neginf, out=self)
+
+    # Python's operators, as torch's: elementwise, comparisons included (bool results)
+    def __add__(self, other: Any) -> Tensor:
+        return dispatch["__add__"](self, other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        return dispatch["__add__"](self, other)
+
+    def __iadd__(self, other: Any) -> Tensor:
+        return dispatch["add"](self, other, out=self)
+
+    def __sub__(self, other: Any) -> Tensor:
+        return dispatch["__sub__"](self, other)
 
     def __rsub__(self, other: Any) -> Tensor:
-        return dispatch["binary"]("sub", self, other, reverse=True)
+        return dispatch["sub"](other, self)
+
+    def __isub__(self, other: Any) -> Tensor:
+        return dispatch["sub"](self, other, out=self)
+
+    def __mul__(self, other: Any) -> Tensor:
+        return dispatch["__mul__"](self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return dispatch["__mul__"](self, other)
+
+    def __imul__(self, other: Any) -> Tensor:
+        return dispatch["mul"](self, other, out=self)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        return dispatch["__truediv__"](self, other)
 
     def __rtruediv__(self, other: Any) -> Tensor:
-        return dispatch["binary"]("div", self, other, reverse=True)
+        return dispatch["div"](other, self)
+
+    def __itruediv__(self, other: Any) -> Tensor:
+        return dispatch["div"](self, other, out=self)
+
+    def __floordiv__(self, other: Any) -> Tensor:
+        return dispatch["floor_divide"](self, other)
+
+    def __rfloordiv__(self, other: Any) -> Tensor:
+        return dispatch["floor_divide"](other, self)
+
+    def __ifloordiv__(self, other: Any) -> Tensor:
+        return dispatch["floor_divide"](self, other, out=self)
+
+    def __mod__(self, other: Any) -> Tensor:
+        return dispatch["remainder"](self, other)
+
+    def __rmod__(self, other: Any) -> Tensor:
+        return dispatch["remainder"](other, self)
+
+    def __imod__(self, other: Any) -> Tensor:
+        return dispatch["remainder"](self, other, out=self)
+
+    def __pow__(self, other: Any) -> Tensor:
+        return dispatch["pow"](self, other)
+
+    def __rpow__(self, other: Any) -> Tensor:
+        return dispatch["pow"](other, self)
+
+    def __ipow__(self, other: Any) -> Tensor:
+        return dispatch["pow"](self, other, out=self)
+
+    def __neg__(self) -> Tensor:
+        return dispatch["neg"](self)
+
+    def __pos__(self) -> Tensor:
+        return self
+
+    def __abs__(self) -> Tensor:
+        return dispatch["abs"](self)
+
+    def __invert__(self) -> Tensor:
+        return dispatch["bitwise_not"](self)
+
+    def __and__(self, other: Any) -> Tensor:
+        return dispatch["bitwise_and"](self, other)
+
+    __rand__ = __and__
+
+    def __iand__(self, other: Any) -> Tensor:
+        return dispatch["bitwise_and"](self, other, out=self)
+
+    def __or__(self, other: Any) -> Tensor:
+        return dispatch["bitwise_or"](self, other)
+
+    __ror__ = __or__
+
+    def __ior__(self, other: Any) -> Tensor:
+        return dispatch["bitwise_or"](self, other, out=self)
+
+    def __xor__(self, other: Any) -> Tensor:
+        return dispatch["bitwise_xor"](self, other)
+
+    __rxor__ = __xor__
+
+    def __ixor__(self, other: Any) -> Tensor:
+        return dispatch["bitwise_xor"](self, other, out=self)
+
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        if not isinstance(other, (Tensor, numbers.Number, np.generic)):
+            return NotImplemented
+        return dispatch["__eq__"](self, other)
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        if not isinstance(other, (Tensor, numbers.Number, np.generic)):
+            return NotImplemented
+        return dispatch["__ne__"](self, other)
+
+    def __lt__(self, other: Any) -> Tensor:
+        return dispatch["__lt__"](self, other)
+
+    def __le__(self, other: Any) -> Tensor:
+        return dispatch["__le__"](self, other)
+
+    def __gt__(self, other: Any) -> Tensor:
+        return dispatch["__gt__"](self, other)
+
+    def __ge__(self, other: Any) -> Tensor:
+        return dispatch["__ge__"](self, other)
+
+    __hash__ = object.__hash__  # by identity, as torch.Tensor (``==`` is elementwise)
 
     # ---- matrix products (vram.blas) -------------------------------------------------
     def matmul(self, other: Tensor) -> Tensor:
@@ -541,6 +689,102 @@ class Tensor:
         if self.dtype not in _DEFAULT_DTYPES:
             extras += f", dtype={self.dtype!r}"
         return f"tensor({text}{extras})"
+
+
+# ---- the op methods that only forward (the ops layer fills ``dispatch``) -------------------
+
+# unary ops: ``t.exp()``, and ``t.exp_()`` in place
+_UNARY = (
+    "abs",
+    "neg",
+    "sign",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "sin",
+    "cos",
+    "tan",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "logical_not",
+    "bitwise_not",
+    "relu",
+)
+_UNARY_ONLY = ("isnan", "isinf", "isfinite")  # no in-place form (the result is bool)
+# binary ops: ``t.mul(other)``, and ``t.mul_(other)`` in place
+_BINARY = (
+    "mul",
+    "true_divide",
+    "floor_divide",
+    "remainder",
+    "fmod",
+    "pow",
+    "maximum",
+    "minimum",
+    "atan2",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+)
+_COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")  # and their in-place forms, as torch's
+_ALIASES = {  # torch's other names for the same ops
+    "absolute": "abs",
+    "negative": "neg",
+    "multiply": "mul",
+    "divide": "div",
+    "subtract": "sub",
+    "greater": "gt",
+    "greater_equal": "ge",
+    "less": "lt",
+    "less_equal": "le",
+    "not_equal": "ne",
+    "fix": "trunc",
+}
+
+
+def _forward(name: str, inplace: bool) -> Callable[..., Tensor]:
+    if inplace:
+
+        def method(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+            return dispatch[name](self, *args, out=self, **kwargs)
+
+        method.__name__ = f"{name}_"
+        method.__doc__ = f"In place: ``t.{name}_(...)`` writes ``t.{name}(...)`` into ``t``."
+    else:
+
+        def method(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+            return dispatch[name](self, *args, **kwargs)
+
+        method.__name__ = name
+        method.__doc__ = f"``vram.{name}(t, ...)`` (torch.Tensor.{name})."
+    method.__qualname__ = f"Tensor.{method.__name__}"
+    return method
+
+
+for _name in _UNARY + _BINARY + _COMPARE:
+    setattr(Tensor, _name, _forward(_name, False))
+    setattr(Tensor, f"{_name}_", _forward(_name, True))
+for _name in _UNARY_ONLY:
+    setattr(Tensor, _name, _forward(_name, False))
+for _alias, _name in _ALIASES.items():
+    setattr(Tensor, _alias, getattr(Tensor, _name))
+    if hasattr(Tensor, f"{_name}_"):
+        setattr(Tensor, f"{_alias}_", getattr(Tensor, f"{_name}_"))
 
 
 # ---- shapes and strides ------------------------------------------------------------------

@@ -45,7 +45,8 @@ from .._streams import Event, Stream
 from .._tensor import Tensor
 from ..backends import cuda as _backends
 from ..driver import _cublas
-from ..ops import _launch, binary, copy, fill
+from ..ops import _launch
+from ..ops._math import copy_, fill_, mul
 from . import _tunable
 from ._layout import OP_N, GemmCall, plan_call
 from ._workspace import (
@@ -387,7 +388,7 @@ class _LtPlan:
             if beta != self.beta:
                 self.scalars[1] = self.beta = beta
             if self.mode == _BIAS:  # PyTorch: out = bias, then the product accumulates
-                copy(out, bias.expand(out.shape))
+                copy_(out, bias.expand(out.shape))
         self._launch(stream, pa, pb, po)
 
     def product(
@@ -463,7 +464,7 @@ class _BlasPlan:
         po: int,
     ) -> None:
         if self.mode == _BIAS:
-            copy(out, bias.expand(out.shape))
+            copy_(out, bias.expand(out.shape))
         scalars = self.scalars
         scalars[0] = alpha
         scalars[1] = beta if self.mode else 0
@@ -534,10 +535,10 @@ class _StagedPlan:
             return
         target = Tensor._empty(out.shape, out.dtype, out.device)
         if bias is out and beta != 0:
-            copy(target, out)
+            copy_(target, out)
             bias = target
         gemm(stream, target, a, b, bias, beta, alpha, self.activation, self.algo)
-        copy(out, target)
+        copy_(out, target)
 
     def product(
         self, stream: Stream, out: Tensor, a: Tensor, b: Tensor, pa: int, pb: int, po: int
@@ -552,12 +553,12 @@ class _StagedPlan:
 def _bias_only(out: Tensor, bias: Tensor, beta: Any, activation: int, stream: Stream) -> None:
     """K == 0: ``out = act(beta * bias)``, with no cuBLAS call (as PyTorch)."""
     if beta == 0:
-        fill(out, 0)
+        fill_(out, 0)
         return
     if bias is not out:
-        copy(out, bias.expand(out.shape))
+        copy_(out, bias.expand(out.shape))
     if beta != 1:
-        binary("mul", out, beta, out=out)
+        mul(out, beta, out=out)
     if activation:
         activate(out, activation, stream)
 
@@ -613,7 +614,7 @@ def _tuned(
 
     def prepare() -> None:
         if mode == _BIAS_IS_OUT:
-            copy(scratch, out)
+            copy_(scratch, out)
 
     def run(algo: int) -> np.ndarray | None:
         prepare()

@@ -30,7 +30,7 @@ import numpy as np
 from .._dtypes import bfloat16, float16, float32, float64
 from .._streams import current_stream
 from .._tensor import Tensor
-from ..ops import declare
+from ..ops._registry import declare
 from . import _cuda, _tunable
 
 __all__ = ["gemm", "product_plan", "gemm_op", "GEMM_DTYPES", "ACTIVATIONS", "numpy_gemm"]

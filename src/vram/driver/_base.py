@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from ._work import Launch, Launcher
+
 __all__ = [
     "Driver",
     "DeviceProperties",
@@ -290,7 +292,16 @@ class Driver(ABC):
     def host_view(self, ptr: int, nbytes: int) -> np.ndarray:
         """A writable uint8 NumPy view of ``nbytes`` of pinned host memory at ``ptr``."""
 
-    # ---- kernels -------------------------------------------------------------------
+    # ---- kernels and library calls: the kernel seam (_work) ----------------------------
+    @abstractmethod
+    def prepare(self, device: int, launch: Launch) -> Launcher:
+        """Make ``launch`` ready to run on ``device``: a function ``run(stream, *args)`` that
+        queues it on ``stream`` with this call's ``Arg`` values. cuda compiles the kernel
+        (once per device and instance) and packs the constant parameters; sim queues the
+        kernel's NumPy reference. With ``CUDA_LAUNCH_BLOCKING=1`` set when the driver was
+        made, every run waits for the work and a failure names the kernel. Synchronizes only
+        then."""
+
     def compile(self, device: int, source: str, name: str) -> Any:
         """Compile CUDA C++ ``source`` and return the kernel ``name`` (cached by source)."""
         raise NotImplementedError(f"the {self.kind} driver does not compile CUDA kernels")

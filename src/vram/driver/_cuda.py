@@ -28,6 +28,7 @@ raises ``CudaError(call, "CUDA_ERROR_...")``.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import uuid
 import weakref
@@ -41,6 +42,7 @@ from cuda.bindings import driver as cu
 from .._errors import CudaError
 from ._base import MEMPOOL_ATTRIBUTES, CaptureInfo, DeviceProperties, Driver, KernelArg
 from ._nvrtc import arch_for, compile_program
+from ._work import Launch, Launcher, LibraryCall, PackedParams
 
 __all__ = ["CudaDriver", "CudaKernel"]
 
@@ -288,6 +290,7 @@ class CudaDriver(Driver):
         self._graphs: dict[int, _Handle] = {}  # captured CUgraphs
         self._graph_execs: dict[int, _Handle] = {}  # instantiated CUgraphExecs
         self._mempools: dict[int, Any] = {}  # device -> its default CUmemoryPool
+        self.launch_blocking = os.environ.get("CUDA_LAUNCH_BLOCKING", "0") == "1"
 
     # ---- contexts ------------------------------------------------------------------
     def _device(self, device: int) -> cu.CUdevice:
@@ -725,6 +728,69 @@ class CudaDriver(Driver):
             return
         config = _cluster_launch(grid, block, shared_mem, hstream, cluster)
         _check("cuLaunchKernelEx", cu.cuLaunchKernelEx(config, kernel.function, params, 0))
+
+    def prepare(self, device: int, launch: Launch) -> Launcher:
+        """``launch`` ready to run (see Driver.prepare): the kernel compiled and loaded, its
+        parameters packed once; a run packs its ``Arg`` values (one ``struct.pack_into``)
+        and calls cuLaunchKernel. The packed parameters belong to the thread that prepared
+        them; another thread gets a copy of its own on its first run."""
+        work = launch.work
+        blocking = self.launch_blocking
+        if isinstance(work, LibraryCall):
+            call, values = work.cuda, launch.values
+
+            def run_call(stream: int, *args: Any) -> None:
+                call(self, device, stream, *args, *values)
+                if blocking:
+                    self._wait_blocking(stream, work.name, launch.entry)
+
+            return run_call
+        kernel = self.compile(device, work.source, launch.entry)
+        if launch.cluster != 1:
+            return self._prepare_cluster(device, kernel, launch)
+        function = kernel.function
+        gx, gy, gz = launch.grid
+        bx, by, bz = launch.block
+        smem = launch.shared_mem
+        owned = {threading.get_ident(): PackedParams(launch.params)}
+        stream_of, launch_kernel, ident = self._stream, cu.cuLaunchKernel, threading.get_ident
+
+        def run(stream: int, *args: Any) -> None:
+            packed = owned.get(ident())
+            if packed is None:
+                packed = owned.setdefault(ident(), PackedParams(launch.params))
+            params = packed.fill(args)
+            hstream = stream_of(stream, device)
+            result = launch_kernel(function, gx, gy, gz, bx, by, bz, smem, hstream, params, 0)
+            if result[0] != _SUCCESS:
+                _check(f"cuLaunchKernel ({work.name})", result)
+            if blocking:
+                self._wait_blocking(stream, work.name, launch.entry)
+
+        return run
+
+    def _prepare_cluster(self, device: int, kernel: CudaKernel, launch: Launch) -> Launcher:
+        """A launch in thread block clusters (cuLaunchKernelEx), packed as ``run``'s."""
+        packed = PackedParams(launch.params)
+        lock = threading.Lock()  # one buffer: the cluster kernels are few and slow anyway
+        grid, block, smem, cluster = launch.grid, launch.block, launch.shared_mem, launch.cluster
+
+        def run(stream: int, *args: Any) -> None:
+            with lock:
+                params = packed.fill(args)
+                config = _cluster_launch(grid, block, smem, self._stream(stream, device), cluster)
+                _check("cuLaunchKernelEx", cu.cuLaunchKernelEx(config, kernel.function, params, 0))
+            if self.launch_blocking:
+                self._wait_blocking(stream, launch.work.name, launch.entry)
+
+        return run
+
+    def _wait_blocking(self, stream: int, name: str, entry: str) -> None:
+        """CUDA_LAUNCH_BLOCKING: wait for the work just queued; a failure names it."""
+        try:
+            self.stream_synchronize(stream)
+        except CudaError as exc:
+            raise CudaError(exc.call, exc.name, f"in {name} ({entry or 'library call'})") from exc
 
     # ---- graphs: stream capture and replay -----------------------------------------
     def stream_begin_capture(self, stream: int, mode: str = "global") -> None:

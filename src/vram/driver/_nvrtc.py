@@ -6,7 +6,8 @@ cuda-pathfinder), so compiling needs no GPU and no driver: CI compiles every ker
 - ``compile_cuda(source, arch)`` returns a cubin for a real architecture (``sm_90``) and PTX
   for a virtual one (``compute_90``), or when NVRTC produced no cubin.
 - Results are cached in process by (source, arch, name expressions): the same call returns
-  the same object.
+  the same object; and on disk (Note [The kernel cache]), so that a new process loads what an
+  earlier one compiled instead of compiling it again.
 - Headers: ``cuda_fp16.h`` / ``cuda_bf16.h`` come from the first directory that holds them:
   ``$CUDA_HOME/include`` or ``$CUDA_PATH/include``, the one cuda-pathfinder finds for cudart,
   an ``nvidia/*/include`` of an installed wheel, then ``/usr/local/cuda/include``.
@@ -17,8 +18,11 @@ cuda-pathfinder), so compiling needs no GPU and no driver: CI compiles every ker
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,10 +202,82 @@ def compile_program(
     key = (source, arch, tuple(name_expressions))
     compiled = _cache.get(key)
     if compiled is None:
-        compiled = _compile(source, arch, key[2])
+        path = _disk_path(source, arch, key[2])
+        compiled = _read_disk(path, arch, key[2]) if path is not None else None
+        if compiled is None:
+            compiled = _compile(source, arch, key[2])
+            if path is not None:
+                _write_disk(path, compiled)
         with _cache_lock:
             compiled = _cache.setdefault(key, compiled)
     return compiled
+
+
+# Note [The kernel cache]
+# A compiled program is kept on disk under ``$VRAM_CACHE_DIR`` (default
+# ``$XDG_CACHE_HOME/vram/kernels``, else ``~/.cache/vram/kernels``), one file per program,
+# named by a hash of everything that decides the result: the source, the architecture, the
+# name expressions, the NVRTC version and the include directory's headers. ``VRAM_KERNEL_CACHE=0``
+# turns it off. A file is a JSON line (kind, arch, lowered names) and the image after it; one
+# that cannot be read is compiled again and replaced. Files are written to a temporary name
+# and renamed, so processes that compile the same program at once never see half a file.
+
+
+def cache_dir() -> Path | None:
+    """The folder of the on-disk kernel cache, or None when it is turned off."""
+    if os.environ.get("VRAM_KERNEL_CACHE", "1") == "0":
+        return None
+    folder = os.environ.get("VRAM_CACHE_DIR")
+    if folder:
+        return Path(folder)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "vram" / "kernels"
+
+
+@functools.cache
+def _toolchain() -> str:
+    """What besides the source decides a compile: NVRTC's version and the headers used."""
+    headers = [str(Path(d) / _PROBE_HEADER) for d in include_dirs()]
+    stamps = [f"{h}:{os.stat(h).st_mtime_ns}" for h in headers if os.path.exists(h)]
+    return json.dumps([list(nvrtc_version()), _STD, stamps])
+
+
+def _disk_path(source: str, arch: str, names: tuple[str, ...]) -> Path | None:
+    folder = cache_dir()
+    if folder is None:
+        return None
+    digest = hashlib.sha256()
+    for part in (source, arch, "\0".join(names), _toolchain()):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return folder / f"{digest.hexdigest()[:40]}.bin"
+
+
+def _read_disk(path: Path, arch: str, names: tuple[str, ...]) -> CompiledProgram | None:
+    try:
+        data = path.read_bytes()
+        header, image = data.split(b"\n", 1)
+        meta = json.loads(header)
+        lowered = meta["lowered_names"]
+        if meta["arch"] != arch or sorted(lowered) != sorted(names) or not image:
+            return None
+        if meta["kind"] not in ("cubin", "ptx"):
+            return None
+        return CompiledProgram(image=image, kind=meta["kind"], arch=arch, lowered_names=lowered)
+    except (OSError, ValueError, KeyError, TypeError):  # missing or damaged: compile again
+        return None
+
+
+def _write_disk(path: Path, program: CompiledProgram) -> None:
+    meta = {"kind": program.kind, "arch": program.arch, "lowered_names": program.lowered_names}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(json.dumps(meta).encode() + b"\n" + program.image)
+        os.replace(tmp, path)
+    except OSError:  # a read-only or full disk: the kernel still runs, compiled each time
+        pass
 
 
 def compile_cuda(source: str, arch: str = "sm_90", name_expressions: tuple[str, ...] = ()) -> bytes:

@@ -46,6 +46,7 @@ from .._units import parse_bytes
 from ._base import DeviceProperties, Driver
 from ._simgraph import SimGraphs
 from ._simpool import SimMemPool
+from ._work import Launch, Launcher, host_arguments
 
 __all__ = ["SimDriver", "check_capacity", "MAX_DEVICES", "MAX_CAPACITY"]
 
@@ -227,6 +228,7 @@ class SimDriver(SimGraphs, Driver):
         self._pools: dict[int, SimMemPool] = {}  # device -> its default stream-ordered pool
         self._init_graphs()  # stream capture and graphs (_simgraph)
         self.observers: list[Callable[[str, int | None, object], None]] = []  # watch()
+        self.launch_blocking = os.environ.get("CUDA_LAUNCH_BLOCKING", "0") == "1"
 
     # ---- devices -------------------------------------------------------------------
     def device_count(self) -> int:
@@ -603,6 +605,37 @@ class SimDriver(SimGraphs, Driver):
             if self.observers and s.capture is None:
                 self._tell("queue", stream, touches)
             self._enqueue(s, ("run", fn))
+
+    def prepare(self, device: int, launch: Launch) -> Launcher:
+        """``launch`` ready to run (see Driver.prepare): a run queues the work's NumPy
+        reference on the stream, over views of the simulated memory made when it runs."""
+        self._mem(device)
+        reference, values, views = launch.work.reference, launch.values, launch.views
+        extents = tuple(
+            (i, *v.extent()) for i, v in enumerate(views) if v is not None and v.extent()[1]
+        )
+        view, enqueue = self.view, self.enqueue
+
+        def run(stream: int, *args: Any) -> None:
+            def work() -> None:
+                reference(*host_arguments(launch, args, view), *values)
+
+            touches = ()
+            if self.observers:
+                touches = tuple((args[i] + low, nbytes) for i, low, nbytes in extents)
+            enqueue(stream, work, touches)
+            if self.launch_blocking:
+                self._wait_blocking(stream, launch)
+
+        return run
+
+    def _wait_blocking(self, stream: int, launch: Launch) -> None:
+        """CUDA_LAUNCH_BLOCKING: run the work just queued; a failure names it."""
+        try:
+            self.stream_synchronize(stream)
+        except CudaError as exc:
+            where = f"in {launch.work.name} ({launch.entry or 'library call'})"
+            raise type(exc)(exc.call, exc.name, f"{where}: {exc.detail}") from exc
 
     # ---- observers: who may learn of every queued access and synchronization --------
     def watch(self, observer: Callable[[str, int | None, object], None]) -> None:

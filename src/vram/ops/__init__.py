@@ -1,26 +1,21 @@
-"""Operators: declared once in the registry, with kernels per backend (cpu, sim, cuda).
-
-``vram.ops.get_op("add.Tensor")`` is a declared op; calling it dispatches on its tensors'
-device. The elementwise functions tensors use (``binary``, ``fill``, ``copy``, ``cast``)
-live in ``_elementwise``.
+"""Tensor ops: the pointwise engine (TensorIterator, plans, one kernel template per op family)
+and the ops PyTorch users reach for first, with torch's names. ``vram.ops.FUNCTIONS`` names
+every function this package gives the ``vram`` namespace.
 """
 
-from ._elementwise import BINARY_OPS, binary, cast, copy, fill, result_type
-from ._registry import BACKENDS, Kernel, Op, Param, Schema, declare, get_op, registered_ops
+from ._math import FUNCTIONS, copy_, fill_
+from ._pointwise import PointwiseOp, PointwisePlan
+from ._promotion import can_cast, get_default_dtype, promote_types, result_type, set_default_dtype
 
 __all__ = [
-    "BACKENDS",
-    "BINARY_OPS",
-    "Kernel",
-    "Op",
-    "Param",
-    "Schema",
-    "binary",
-    "cast",
-    "copy",
-    "declare",
-    "fill",
-    "get_op",
-    "registered_ops",
+    "FUNCTIONS",
+    "PointwiseOp",
+    "PointwisePlan",
+    "can_cast",
+    "copy_",
+    "fill_",
+    "get_default_dtype",
+    "promote_types",
     "result_type",
+    "set_default_dtype",
 ]
