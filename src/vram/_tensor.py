@@ -152,7 +152,16 @@ dispatch: dict[str, Callable[..., Any]] = _Dispatch()
 class Tensor:
     """A strided n-dimensional array on a cuda, sim or cpu device (PyTorch's torch.Tensor)."""
 
-    __slots__ = ("_storage", "_shape", "_stride", "_offset", "dtype", "grad", "__weakref__")
+    __slots__ = (
+        "_storage",
+        "_shape",
+        "_stride",
+        "_offset",
+        "dtype",
+        "grad",
+        "_sig",  # the id of (dtype, shape, stride, device) plans are keyed by; 0: not yet
+        "__weakref__",
+    )
 
     __array_priority__ = 1000  # NumPy defers ``ndarray + tensor`` to the tensor
 
@@ -175,6 +184,7 @@ class Tensor:
         t._offset = offset
         t.dtype = dt
         t.grad = None  # set by the user (vram has no autograd); optimizers read it
+        t._sig = 0
         return t
 
     @classmethod
@@ -540,7 +550,7 @@ class Tensor:
         return dispatch["__add__"](self, other)
 
     def __iadd__(self, other: Any) -> Tensor:
-        return dispatch["add"](self, other, out=self)
+        return dispatch["__iadd__"](self, other)
 
     def __sub__(self, other: Any) -> Tensor:
         return dispatch["__sub__"](self, other)
@@ -549,7 +559,7 @@ class Tensor:
         return dispatch["sub"](other, self)
 
     def __isub__(self, other: Any) -> Tensor:
-        return dispatch["sub"](self, other, out=self)
+        return dispatch["__isub__"](self, other)
 
     def __mul__(self, other: Any) -> Tensor:
         return dispatch["__mul__"](self, other)
@@ -558,7 +568,7 @@ class Tensor:
         return dispatch["__mul__"](self, other)
 
     def __imul__(self, other: Any) -> Tensor:
-        return dispatch["mul"](self, other, out=self)
+        return dispatch["__imul__"](self, other)
 
     def __truediv__(self, other: Any) -> Tensor:
         return dispatch["__truediv__"](self, other)
@@ -567,7 +577,7 @@ class Tensor:
         return dispatch["div"](other, self)
 
     def __itruediv__(self, other: Any) -> Tensor:
-        return dispatch["div"](self, other, out=self)
+        return dispatch["__itruediv__"](self, other)
 
     def __floordiv__(self, other: Any) -> Tensor:
         return dispatch["floor_divide"](self, other)

@@ -16,7 +16,15 @@ import numpy as np
 from .._dtypes import bool_, dtype
 from .._tensor import Tensor, dispatch
 from ._iterator import broadcast_shape
-from ._pointwise import COPY, FILL, PointwiseOp, run
+from ._pointwise import (
+    COPY,
+    FILL,
+    PointwiseOp,
+    binary_operator,
+    inplace_operator,
+    run,
+    unary_operator,
+)
 from ._promotion import kind, result_type
 
 __all__ = [
@@ -286,6 +294,17 @@ ADDCDIV = _op("addcdiv", "Addcdiv", 3, lambda x, a, b, v: x + v * (a / b), field
 LERP = _op("lerp", "Lerp", 3, _lerp, kinds=frozenset((2,)))
 
 
+# Python's operators and the plain calls, by signature id (``_pointwise.binary_operator``)
+_ADD = binary_operator(BINARY["add"], (1,))
+_SUB = binary_operator(BINARY["sub"], (1,))
+_MUL = binary_operator(BINARY["mul"])
+_DIV = binary_operator(BINARY["div"])
+_IADD = inplace_operator(BINARY["add"], (1,))
+_ISUB = inplace_operator(BINARY["sub"], (1,))
+_IMUL = inplace_operator(BINARY["mul"])
+_IDIV = inplace_operator(BINARY["div"])
+
+
 # ---- the functions -------------------------------------------------------------------------
 
 
@@ -323,12 +342,22 @@ def _check_alpha(name: str, alpha: Any, operands: tuple) -> None:
 
 def add(input: Any, other: Any, *, alpha: Any = 1, out: Tensor | None = None) -> Tensor:  # noqa: A002
     """torch.add: ``input + alpha * other``."""
+    if alpha == 1 and type(alpha) is int and type(input) is Tensor:
+        if out is None:
+            return _ADD(input, other)
+        if out is input:
+            return _IADD(input, other)
     _check_alpha("add", alpha, (input, other))
     return run(BINARY["add"], (input, other), (alpha,), out)
 
 
 def sub(input: Any, other: Any, *, alpha: Any = 1, out: Tensor | None = None) -> Tensor:  # noqa: A002
     """torch.sub: ``input - alpha * other``."""
+    if alpha == 1 and type(alpha) is int and type(input) is Tensor:
+        if out is None:
+            return _SUB(input, other)
+        if out is input:
+            return _ISUB(input, other)
     _check_alpha("sub", alpha, (input, other))
     return run(BINARY["sub"], (input, other), (alpha,), out)
 
@@ -340,6 +369,11 @@ def rsub(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:  # noqa: A002
 
 
 def mul(input: Any, other: Any, *, out: Tensor | None = None) -> Tensor:  # noqa: A002
+    if type(input) is Tensor:
+        if out is None:
+            return _MUL(input, other)
+        if out is input:
+            return _IMUL(input, other)
     return run(BINARY["mul"], (input, other), out=out)
 
 
@@ -357,6 +391,11 @@ def div(
             "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
             f"'{rounding_mode}'"
         )
+    if rounding_mode is None and type(input) is Tensor:
+        if out is None:
+            return _DIV(input, other)
+        if out is input:
+            return _IDIV(input, other)
     return run(BINARY[names[rounding_mode]], (input, other), out=out)
 
 
@@ -585,18 +624,12 @@ def _torch_name(dt: dtype) -> str:
     return _TORCH_NAMES[dt.name]
 
 
-def _fast(op: PointwiseOp, *fields: Any) -> Any:
-    """``a <op> b`` for Python's operators: the op with its default fields."""
-
-    def call(a: Tensor, b: Any) -> Tensor:
-        return run(op, (a, b), fields)
-
-    call.__name__ = f"__{op.name}__"
-    return call
-
-
 def _unary_function(name: str) -> Any:
+    fast = unary_operator(UNARY[name])
+
     def function(input: Tensor, *, out: Tensor | None = None) -> Tensor:  # noqa: A002
+        if out is None and type(input) is Tensor:
+            return fast(input)
         return unary(name, input, out=out)
 
     function.__name__ = function.__qualname__ = name
@@ -605,7 +638,11 @@ def _unary_function(name: str) -> Any:
 
 
 def _binary_function(name: str) -> Any:
+    fast = binary_operator(BINARY[name])
+
     def function(input: Any, other: Any, *, out: Tensor | None = None) -> Tensor:  # noqa: A002
+        if out is None and type(input) is Tensor:
+            return fast(input, other)
         return binary(name, input, other, out=out)
 
     function.__name__ = function.__qualname__ = name
@@ -727,14 +764,18 @@ dispatch.update(FUNCTIONS)
 dispatch.update(
     fill_=fill_,
     copy_=copy_,
-    __add__=_fast(BINARY["add"], 1),
-    __sub__=_fast(BINARY["sub"], 1),
-    __mul__=_fast(BINARY["mul"]),
-    __truediv__=_fast(BINARY["div"]),
-    __eq__=_fast(BINARY["eq"]),
-    __ne__=_fast(BINARY["ne"]),
-    __lt__=_fast(BINARY["lt"]),
-    __le__=_fast(BINARY["le"]),
-    __gt__=_fast(BINARY["gt"]),
-    __ge__=_fast(BINARY["ge"]),
+    __add__=_ADD,
+    __sub__=_SUB,
+    __mul__=_MUL,
+    __truediv__=_DIV,
+    __iadd__=_IADD,
+    __isub__=_ISUB,
+    __imul__=_IMUL,
+    __itruediv__=_IDIV,
+    __eq__=binary_operator(BINARY["eq"]),
+    __ne__=binary_operator(BINARY["ne"]),
+    __lt__=binary_operator(BINARY["lt"]),
+    __le__=binary_operator(BINARY["le"]),
+    __gt__=binary_operator(BINARY["gt"]),
+    __ge__=binary_operator(BINARY["ge"]),
 )

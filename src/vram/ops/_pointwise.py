@@ -15,6 +15,7 @@ input's dtype: copy). Arithmetic runs in the opmath type (float32 for float16 an
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 import warnings
@@ -57,7 +58,17 @@ from ._iterator import (
 from ._plans import PLANS, launcher, new_tensor
 from ._promotion import ZeroDim, can_cast, get_default_dtype, kind, opmath, result_type
 
-__all__ = ["PointwiseOp", "PointwisePlan", "run", "plan_for", "source"]
+__all__ = [
+    "PointwiseOp",
+    "PointwisePlan",
+    "run",
+    "plan_for",
+    "source",
+    "signature_id",
+    "binary_operator",
+    "inplace_operator",
+    "unary_operator",
+]
 
 _BLOCK = 256  # threads per block (the loops' __launch_bounds__)
 _WAVES = 16  # blocks per multiprocessor a grid-stride launch takes at most
@@ -184,6 +195,9 @@ class PointwisePlan:
         "vec",
         "writes_temp",
         "checks",
+        "out_sig",
+        "fields",
+        "values",
     )
 
     def __init__(self, op: PointwiseOp, operands: tuple, out: Tensor | None) -> None:
@@ -222,6 +236,9 @@ class PointwisePlan:
         self.items = tuple(t.dtype.itemsize for t in tensors)
         self.positions = form
         self.checks = out is not None and not self.writes_temp and bool(tensors)
+        self.out_sig = 0  # the signature id of the outputs it makes (known after the first)
+        self.fields: Any = None  # the last fields converted, by identity (operators reuse one)
+        self.values: tuple = ()
         # the functor and its fields
         functor = f"vram::{op.functor}<{_launch.c_type(compute)}>"
         wrapper = _WRAPPERS.get(form) if "S" in form and "T" in form else None
@@ -295,6 +312,213 @@ class PointwisePlan:
             copy_into(final, out)
             return final
         return out
+
+    def _convert(self, numbers: tuple) -> tuple:
+        """The numbers as the functor's fields take them (cached for a repeated tuple)."""
+        if numbers is self.fields:
+            return self.values
+        convert = self.converts
+        values = tuple(convert(v) for v in numbers)
+        if self.flatten:
+            values = tuple(part for v in values for part in (v.real, v.imag))
+        self.fields, self.values = numbers, values
+        return values
+
+    def _output(self, stream: int) -> Tensor:
+        out = new_tensor(self.shape, self.out_stride, self.out_dtype, self.device, self.nbytes)
+        if self.out_sig:
+            out._sig = self.out_sig
+        else:
+            self.out_sig = signature_id(out)
+        return out
+
+    def unary(self, a: Tensor, fields: tuple) -> Tensor:
+        """``op(a, *fields)`` into a new tensor (the plan of one tensor operand)."""
+        device = self.device
+        stream = current_handle(device) if device.type != "cpu" else 0
+        out = self._output(stream)
+        if self.numel:
+            po = out._storage.ptr
+            pa = a._storage.ptr + a._offset * self.items[0]
+            vec = self.vec
+            if vec is not None and not (po | pa) & 15:
+                vec(stream, *self._convert(fields), po, pa)
+            else:
+                self.run(stream, *self._convert(fields), po, pa)
+        return out
+
+    def binary(self, a: Tensor, b: Tensor, fields: tuple) -> Tensor:
+        """``op(a, b, *fields)`` into a new tensor (the plan of two tensor operands)."""
+        device = self.device
+        stream = current_handle(device) if device.type != "cpu" else 0
+        out = self._output(stream)
+        if self.numel:
+            items = self.items
+            po = out._storage.ptr
+            pa = a._storage.ptr + a._offset * items[0]
+            pb = b._storage.ptr + b._offset * items[1]
+            vec = self.vec
+            if vec is not None and not (po | pa | pb) & 15:
+                vec(stream, *self._convert(fields), po, pa, pb)
+            else:
+                self.run(stream, *self._convert(fields), po, pa, pb)
+        return out
+
+    def inplace(self, a: Tensor, b: Tensor, fields: tuple) -> Tensor:
+        """``a = op(a, b, *fields)`` (a plan made with ``a`` as its output)."""
+        if self.numel:
+            if b._storage is a._storage:
+                check_overlap(a, (b,))
+            device = self.device
+            stream = current_handle(device) if device.type != "cpu" else 0
+            items = self.items
+            pa = a._storage.ptr + a._offset * items[0]
+            pb = b._storage.ptr + b._offset * items[1]
+            vec = self.vec
+            if vec is not None and not (pa | pb) & 15:
+                vec(stream, *self._convert(fields), pa, pa, pb)
+            else:
+                self.run(stream, *self._convert(fields), pa, pa, pb)
+        return a
+
+    def inplace_scalar(self, a: Tensor, numbers: tuple) -> Tensor:
+        """``a = op(a, *numbers)`` (a plan made with ``a`` as its output)."""
+        if self.numel:
+            device = self.device
+            stream = current_handle(device) if device.type != "cpu" else 0
+            convert = self.converts
+            values = tuple(convert(v) for v in numbers)
+            if self.flatten:
+                values = tuple(part for v in values for part in (v.real, v.imag))
+            pa = a._storage.ptr + a._offset * self.items[0]
+            vec = self.vec
+            if vec is not None and not pa & 15:
+                vec(stream, *values, pa, pa)
+            else:
+                self.run(stream, *values, pa, pa)
+        return a
+
+    def scalar(self, a: Tensor, numbers: tuple) -> Tensor:
+        """``op`` of one tensor with numbers standing for the other operands (a + 2)."""
+        device = self.device
+        stream = current_handle(device) if device.type != "cpu" else 0
+        out = self._output(stream)
+        if self.numel:
+            convert = self.converts
+            values = tuple(convert(v) for v in numbers)
+            if self.flatten:
+                values = tuple(part for v in values for part in (v.real, v.imag))
+            po = out._storage.ptr
+            pa = a._storage.ptr + a._offset * self.items[0]
+            vec = self.vec
+            if vec is not None and not (po | pa) & 15:
+                vec(stream, *values, po, pa)
+            else:
+                self.run(stream, *values, po, pa)
+        return out
+
+
+_signatures: dict[tuple, int] = {}
+_next_id = itertools.count(1)
+_MAX_SIGNATURES = 1 << 16
+
+
+def signature_id(t: Tensor) -> int:
+    """A small int naming ``t``'s (dtype, shape, strides, device), kept on the tensor: plans
+    are looked up by these ids. Ids are never reused, so forgetting the table (when it grows
+    past its bound) costs only lookups, never a wrong plan."""
+    key = (t.dtype, t._shape, t._stride, t._storage.device)
+    found = _signatures.get(key)
+    if found is None:
+        if len(_signatures) >= _MAX_SIGNATURES:
+            _signatures.clear()
+        found = _signatures.setdefault(key, next(_next_id))
+    t._sig = found
+    return found
+
+
+def binary_operator(op: PointwiseOp, fields: tuple = ()) -> Callable[[Tensor, Any], Tensor]:
+    """``a <op> b`` for Python's operators: one dict lookup by the operands' signature ids
+    to a plan (built by ``run`` the first time), then the plan's allocation and launch."""
+    plans: dict[tuple, PointwisePlan] = {}
+    number_types = (int, float, bool)
+
+    def call(a: Tensor, b: Any) -> Tensor:
+        sa = a._sig or signature_id(a)
+        tb = type(b)
+        if tb is Tensor:
+            key = (sa, b._sig or signature_id(b))
+        elif tb in number_types:
+            key = (sa, tb)
+        else:
+            return run(op, (a, b), fields)
+        plan = plans.get(key)
+        if plan is None:
+            operands = _operands(op, (a, b), None)
+            if any(isinstance(v, ZeroDim) for v in operands):
+                return run(op, (a, b), fields)
+            plan = plan_for(op, operands, None)
+            if len(plans) >= 1024:
+                plans.clear()
+            plans[key] = plan
+        if tb is Tensor:
+            return plan.binary(a, b, fields)
+        return plan.scalar(a, (b, *fields))
+
+    call.__name__ = f"__{op.name}__"
+    return call
+
+
+def inplace_operator(op: PointwiseOp, fields: tuple = ()) -> Callable[[Tensor, Any], Tensor]:
+    """``a <op>= b`` (``a`` written in place) by the operands' signature ids, as
+    ``binary_operator``; the per-call overlap check stays (it depends on addresses)."""
+    plans: dict[tuple, PointwisePlan] = {}
+    number_types = (int, float, bool)
+
+    def call(a: Tensor, b: Any) -> Tensor:
+        sa = a._sig or signature_id(a)
+        tb = type(b)
+        if tb is Tensor:
+            key = (sa, b._sig or signature_id(b))
+        elif tb in number_types:
+            key = (sa, tb)
+        else:
+            return run(op, (a, b), fields, a)
+        plan = plans.get(key)
+        if plan is None:
+            operands = _operands(op, (a, b), a)
+            if any(isinstance(v, ZeroDim) for v in operands):
+                return run(op, (a, b), fields, a)
+            plan = plan_for(op, operands, a)
+            if plan.writes_temp:
+                return run(op, (a, b), fields, a)
+            if len(plans) >= 1024:
+                plans.clear()
+            plans[key] = plan
+        if tb is Tensor:
+            return plan.inplace(a, b, fields)
+        return plan.inplace_scalar(a, (b, *fields))
+
+    call.__name__ = f"__i{op.name}__"
+    return call
+
+
+def unary_operator(op: PointwiseOp) -> Callable[[Tensor], Tensor]:
+    """``op(a)`` of one tensor by its signature id (as ``binary_operator``)."""
+    plans: dict[int, PointwisePlan] = {}
+
+    def call(a: Tensor) -> Tensor:
+        sa = a._sig or signature_id(a)
+        plan = plans.get(sa)
+        if plan is None:
+            plan = plan_for(op, (a,), None)
+            if len(plans) >= 1024:
+                plans.clear()
+            plans[sa] = plan
+        return plan.unary(a, ())
+
+    call.__name__ = op.name
+    return call
 
 
 def _or(values: list[int]) -> int:
