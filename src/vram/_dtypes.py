@@ -29,6 +29,8 @@ __all__ = [
     "short",
     "all_dtypes",
     "as_dtype",
+    "get_default_dtype",
+    "set_default_dtype",
 ]
 
 
@@ -128,3 +130,19 @@ def as_dtype(value: object, argument: str = "dtype") -> dtype:
     if found is None:
         raise TypeError(f"{argument}: dtype {npd} has no vram equivalent")
     return found
+
+
+_default_float = [float32]  # torch.get_default_dtype: float32 or float64
+
+
+def get_default_dtype() -> dtype:
+    """The dtype of floats made from Python numbers (torch.get_default_dtype)."""
+    return _default_float[0]
+
+
+def set_default_dtype(d: dtype) -> None:
+    """Set the default floating point dtype: float32 or float64, as PyTorch allows."""
+    found = as_dtype(d, "d")
+    if found not in (float32, float64):
+        raise TypeError(f"d: only float32 and float64 can be the default dtype, got {found}")
+    _default_float[0] = found

@@ -24,14 +24,29 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ._device import Device, as_device
-from ._dtypes import as_dtype, bool_, dtype, float32, int64
+from ._device import Device, as_device, current_device_obj
+from ._dtypes import (
+    as_dtype,
+    bfloat16,
+    bool_,
+    complex64,
+    complex128,
+    dtype,
+    float16,
+    float32,
+    float64,
+    get_default_dtype,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+)
+from ._printing import tensor_repr
 from ._streams import Stream, as_stream, current_stream
 from .memory import Allocation, PinnedAllocation, allocate, allocate_pinned
 
 __all__ = ["Tensor"]
-
-_DEFAULT_DTYPES = (float32, int64, bool_)  # dtypes repr leaves out, as PyTorch
 
 
 class Storage:
@@ -464,17 +479,134 @@ class Tensor:
         return out
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """NumPy's view of a cpu tensor. A device tensor raises TypeError, as torch's CUDA
+        tensors do: ``np.exp(t)`` must not copy to the host behind the user's back (call
+        ``t.cpu()`` or ``t.numpy()``, which copies and says so)."""
+        if self.device.type != "cpu":
+            raise TypeError(
+                f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() "
+                "to copy the tensor to host memory first."
+            )
         array = self.numpy()
         return array if dtype is None else array.astype(dtype, copy=False)
 
     def tolist(self) -> Any:
+        """The values as (nested) Python lists, or a number for a 0-d tensor. Synchronizes."""
         return self.numpy().tolist()
 
     def item(self) -> bool | int | float | complex:
         """The value of a one-element tensor as a Python number. Synchronizes."""
-        if self.numel() != 1:
-            raise ValueError(f"item(): the tensor has {self.numel()} elements, not 1")
+        count = self.numel()
+        if count != 1:
+            raise RuntimeError(f"a Tensor with {count} elements cannot be converted to Scalar")
         return self.numpy().reshape(-1)[0].item()
+
+    def __bool__(self) -> bool:
+        count = self.numel()
+        if count == 0:
+            raise RuntimeError("Boolean value of Tensor with no values is ambiguous")
+        if count > 1:
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())  # type: ignore[arg-type]
+
+    def __int__(self) -> int:
+        return int(self.item())  # type: ignore[arg-type]
+
+    def __complex__(self) -> complex:
+        return complex(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype.is_floating_point or self.dtype.is_complex or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())  # type: ignore[arg-type]
+
+    def __iter__(self) -> Any:
+        """The tensor's rows: ``t[0]``, ``t[1]``, ... (views)."""
+        if not self._shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._shape[0]))
+
+    def __reduce__(self) -> tuple:
+        """Pickled as its values, dtype, shape and device (unpickled on that device, which
+        must exist where it is loaded, as torch's CUDA tensors)."""
+        host = np.ascontiguousarray(self.numpy())
+        return _unpickle, (host.tobytes(), self.dtype.name, self._shape, str(self.device))
+
+    def __deepcopy__(self, memo: dict) -> Tensor:
+        found = memo.get(id(self))
+        if found is None:
+            found = memo[id(self)] = self.clone()
+        return found
+
+    def detach(self) -> Tensor:
+        """A new tensor sharing this one's memory (vram records no autograd history)."""
+        return self._view(self._shape, self._stride, self._offset)
+
+    def cuda(self, device: Any = None, non_blocking: bool = False) -> Tensor:
+        """This tensor on a device with a driver: ``device``, else the current device (cuda:N
+        where a GPU is usable, sim:N otherwise, as vram.default_device chooses). A copy unless
+        it is there already."""
+        target = current_device_obj() if device is None else as_device(device)
+        if target.type == "cpu":
+            raise ValueError("device: cuda() moves a tensor to a device, not to the cpu")
+        return self.to(target, non_blocking=non_blocking)
+
+    def half(self) -> Tensor:
+        return self.to(float16)
+
+    def bfloat16(self) -> Tensor:
+        return self.to(bfloat16)
+
+    def float(self) -> Tensor:
+        return self.to(float32)
+
+    def double(self) -> Tensor:
+        return self.to(float64)
+
+    def int(self) -> Tensor:
+        return self.to(int32)
+
+    def long(self) -> Tensor:
+        return self.to(int64)
+
+    def short(self) -> Tensor:
+        return self.to(int16)
+
+    def char(self) -> Tensor:
+        return self.to(int8)
+
+    def byte(self) -> Tensor:
+        return self.to(uint8)
+
+    def bool(self) -> Tensor:
+        return self.to(bool_)
+
+    def type(self, dtype: Any = None) -> Any:
+        """The dtype's name without ``dtype``; a converted tensor with it (torch's form)."""
+        if dtype is None:
+            return f"vram.{self.dtype.name}"
+        return self.to(as_dtype(dtype))
+
+    def new_empty(self, *size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+        """A new tensor with this one's dtype and device unless given (uninitialized)."""
+        dt = self.dtype if dtype is None else as_dtype(dtype)
+        found = self.device if device is None else as_device(device)
+        return Tensor._empty(as_shape(size), dt, found)
+
+    def new_zeros(self, *size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+        return self.new_empty(*size, dtype=dtype, device=device).zero_()
+
+    def new_ones(self, *size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+        return self.new_empty(*size, dtype=dtype, device=device).fill_(1)
+
+    def new_full(
+        self, size: Any, fill_value: Any, *, dtype: Any = None, device: Any = None
+    ) -> Tensor:
+        shape = size if isinstance(size, (tuple, list)) else (size,)
+        return self.new_empty(*shape, dtype=dtype, device=device).fill_(fill_value)
 
     def fill_(self, value: Any) -> Tensor:
         """Set every element to ``value``."""
@@ -694,11 +826,10 @@ class Tensor:
         return dispatch["dlpack_device"](self)
 
     def __repr__(self) -> str:
-        text = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
-        extras = "" if self.device.type == "cpu" else f", device='{self.device}'"
-        if self.dtype not in _DEFAULT_DTYPES:
-            extras += f", dtype={self.dtype!r}"
-        return f"tensor({text}{extras})"
+        """As torch prints tensors (vram._printing)."""
+        default = get_default_dtype()
+        complex_default = complex128 if default is float64 else complex64
+        return tensor_repr(self, default, (default, complex_default, int64, bool_))
 
 
 # ---- the op methods that only forward (the ops layer fills ``dispatch``) -------------------
@@ -1014,3 +1145,15 @@ def _copy_peer(dst: Tensor, src: Tensor) -> None:
         copied = src_stream.record_event()
     with dst.device:
         driver.stream_wait_event(dst_stream.cuda_stream, copied.cuda_event)
+
+
+def _unpickle(data: bytes, dtype_name: str, shape: tuple[int, ...], device: str) -> Tensor:
+    """A pickled tensor (``Tensor.__reduce__``) made again on its device."""
+    dt = as_dtype(dtype_name)
+    values = np.frombuffer(data, dtype=dt.np).reshape(shape)
+    out = Tensor._empty(tuple(shape), dt, as_device(device))
+    if out.device.type == "cpu":
+        out.numpy()[...] = values
+    else:
+        _upload(out, values)
+    return out

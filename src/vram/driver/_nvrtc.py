@@ -237,8 +237,12 @@ def cache_dir() -> Path | None:
 @functools.cache
 def _toolchain() -> str:
     """What besides the source decides a compile: NVRTC's version and the headers used."""
-    headers = [str(Path(d) / _PROBE_HEADER) for d in include_dirs()]
-    stamps = [f"{h}:{os.stat(h).st_mtime_ns}" for h in headers if os.path.exists(h)]
+    stamps = []
+    for folder in include_dirs():
+        for name in (_PROBE_HEADER, "cuda_bf16.h"):
+            path = Path(folder) / name
+            if path.is_file():
+                stamps.append(hashlib.sha256(path.read_bytes()).hexdigest()[:16])
     return json.dumps([list(nvrtc_version()), _STD, stamps])
 
 

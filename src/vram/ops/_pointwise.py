@@ -198,6 +198,7 @@ class PointwisePlan:
         "out_sig",
         "fields",
         "values",
+        "launches",
     )
 
     def __init__(self, op: PointwiseOp, operands: tuple, out: Tensor | None) -> None:
@@ -272,17 +273,17 @@ class PointwisePlan:
             index = "int" if layout.index32 else "long long"
             entry = f"vram::pointwise_strided<{nin}, {index}, {functor}, {', '.join(types)}>"
             params = (*params, pack_strided(layout))
-        self.run = launcher(
-            device, Launch(kernel, entry, grid, (_BLOCK, 1, 1), params, tuple(views))
-        )
+        main = Launch(kernel, entry, grid, (_BLOCK, 1, 1), params, tuple(views))
+        self.run = launcher(device, main)
+        self.launches = (main,)  # what it launches (``vram.ops.warm`` compiles them ahead)
         self.vec = None
         vec = _vector_width([result, *(t.dtype for t in tensors)])
         if layout.kind == "flat" and vec > 1 and layout.numel >= vec and device.type != "cpu":
             entry = f"vram::pointwise_vec<{vec}, {nin}, {functor}, {', '.join(types)}>"
             grid = _grid(device, layout.numel, vec)
-            self.vec = launcher(
-                device, Launch(kernel, entry, grid, (_BLOCK, 1, 1), params, tuple(views))
-            )
+            vector = Launch(kernel, entry, grid, (_BLOCK, 1, 1), params, tuple(views))
+            self.vec = launcher(device, vector)
+            self.launches = (main, vector)
 
     def __call__(self, tensors: tuple, numbers: tuple, out: Tensor | None) -> Tensor:
         """Run the op: ``tensors`` its tensor operands, ``numbers`` the numbers that stand for

@@ -25,7 +25,9 @@ from .._dtypes import (
     float16,
     float32,
     float64,
+    get_default_dtype,
     int64,
+    set_default_dtype,
 )
 from .._tensor import Tensor
 
@@ -40,20 +42,6 @@ __all__ = [
     "get_default_dtype",
     "set_default_dtype",
 ]
-
-_default_float = [float32]  # torch.get_default_dtype (float32 or float64)
-
-
-def get_default_dtype() -> dtype:
-    """The dtype of floats made from Python numbers (torch.get_default_dtype)."""
-    return _default_float[0]
-
-
-def set_default_dtype(d: dtype) -> None:
-    """Set the default floating point dtype (float32 or float64, as PyTorch allows)."""
-    if d not in (float32, float64):
-        raise TypeError(f"d: only float32 and float64 can be the default dtype, got {d}")
-    _default_float[0] = d
 
 
 def kind(dt: dtype) -> int:
