@@ -22,15 +22,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-from _common import device_from_arguments, write_results  # noqa: E402
 
 import vram  # noqa: E402
+from _common import device_from_arguments, write_results  # noqa: E402
 
 Case = Callable[[], object]
 
 
 def _vram_cases(device: vram.Device) -> dict[str, Case]:
-    a = vram.randn(1024, device=device) if hasattr(vram, "randn") else vram.ones(1024, device=device)
+    make = getattr(vram, "randn", vram.ones)
+    a = make(1024, device=device)
     b = vram.ones(1024, device=device)
     c = a < b
     m = vram.ones(64, 64, device=device)
