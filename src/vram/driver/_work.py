@@ -36,6 +36,7 @@ import numpy as np
 __all__ = ["Kernel", "LibraryCall", "Arg", "View", "Launch", "Launcher", "run_on_host"]
 
 Launcher = Callable[..., None]  # (stream handle, *per-call arguments) -> None
+_SLACK = 64  # bytes of zeros after a launch's packed parameters
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,7 +144,8 @@ class PackedParams:
         fmt = "<"
         at = 0
         for i, f in per_call:
-            align = struct.calcsize(f[0])
+            f = f.replace("P", "Q")  # a pointer: 8 bytes ("P" exists in native mode only)
+            align = struct.calcsize("<" + f[0])
             pad = -at % align
             fmt += "x" * pad
             at += pad
@@ -157,7 +159,10 @@ class PackedParams:
             offsets[i] = at
             values.append((at, data))
             at += len(data)
-        self.buffer = (ctypes.c_ubyte * max(at, 1))()
+        # room after the last value: a struct parameter may be larger than the fields packed
+        # for it (an empty op's byte and padding after a wrapper's numbers), and the driver
+        # reads its whole size
+        self.buffer = (ctypes.c_ubyte * (at + _SLACK))()
         for offset, data in values:
             ctypes.memmove(ctypes.addressof(self.buffer) + offset, data, len(data))
         base = ctypes.addressof(self.buffer)
