@@ -166,7 +166,12 @@ def asarray(obj: Any, *, dtype: Any = None, device: Any = None, copy: bool | Non
     if isinstance(obj, Tensor):
         shared = obj
     elif hasattr(obj, "__cuda_array_interface__"):
-        shared = from_cuda_array_interface(obj)
+        try:
+            shared = from_cuda_array_interface(obj)
+        except TypeError:  # a dtype the interface cannot name (bfloat16 is '<V2'): DLPack can
+            if not hasattr(obj, "__dlpack__"):
+                raise
+            shared = from_dlpack(obj)
     elif isinstance(obj, np.ndarray):
         shared = from_numpy(obj)
     elif hasattr(obj, "__dlpack__"):

@@ -16,6 +16,7 @@ numbers standing for operands), and what the plans would launch is compiled.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -122,7 +123,10 @@ def warm(
     work = [(numbers[source], entry, arch) for source, entry in instances]
     done = 0
     with ProcessPoolExecutor(
-        max_workers=jobs or os.cpu_count() or 1, initializer=_init, initargs=(sources,)
+        max_workers=jobs or os.cpu_count() or 1,
+        mp_context=multiprocessing.get_context("spawn"),  # a forked CUDA process is unsafe
+        initializer=_init,
+        initargs=(sources,),
     ) as pool:
         for _ in pool.map(_compile, work, chunksize=4):
             done += 1
