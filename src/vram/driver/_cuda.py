@@ -735,13 +735,12 @@ class CudaDriver(Driver):
         and calls cuLaunchKernel. The packed parameters belong to the thread that prepared
         them; another thread gets a copy of its own on its first run."""
         work = launch.work
-        blocking = self.launch_blocking
         if isinstance(work, LibraryCall):
             call, values = work.cuda, launch.values
 
             def run_call(stream: int, *args: Any) -> None:
                 call(self, device, stream, *args, *values)
-                if blocking:
+                if self.launch_blocking:
                     self._wait_blocking(stream, work.name, launch.entry)
 
             return run_call
@@ -752,19 +751,40 @@ class CudaDriver(Driver):
         gx, gy, gz = launch.grid
         bx, by, bz = launch.block
         smem = launch.shared_mem
-        owned = {threading.get_ident(): PackedParams(launch.params)}
-        stream_of, launch_kernel, ident = self._stream, cu.cuLaunchKernel, threading.get_ident
+        owner = threading.get_ident()
+        mine = PackedParams(launch.params)
+        pack, buffer, address = mine.format.pack_into, mine.buffer, mine.address
+        others: dict[int, PackedParams] = {}
+        streams, tls, launch_kernel, ident = (
+            self._streams,
+            self._tls,
+            cu.cuLaunchKernel,
+            threading.get_ident,
+        )
 
         def run(stream: int, *args: Any) -> None:
-            packed = owned.get(ident())
-            if packed is None:
-                packed = owned.setdefault(ident(), PackedParams(launch.params))
-            params = packed.fill(args)
-            hstream = stream_of(stream, device)
+            if ident() == owner:
+                pack(buffer, 0, *args)
+                params = address
+            else:  # another thread: parameters of its own
+                packed = others.get(ident())
+                if packed is None:
+                    packed = others.setdefault(ident(), PackedParams(launch.params))
+                params = packed.fill(args)
+            if tls.context_device != device:
+                self._use(device)
+            if stream:
+                handle = streams.get(stream)
+                if handle is None or handle.device != device:
+                    hstream = self._stream(stream, device)  # (raises naming the stream)
+                else:
+                    hstream = handle.obj
+            else:
+                hstream = 0  # the kernel's device's legacy stream
             result = launch_kernel(function, gx, gy, gz, bx, by, bz, smem, hstream, params, 0)
             if result[0] != _SUCCESS:
                 _check(f"cuLaunchKernel ({work.name})", result)
-            if blocking:
+            if self.launch_blocking:
                 self._wait_blocking(stream, work.name, launch.entry)
 
         return run
