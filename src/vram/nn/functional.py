@@ -1,11 +1,14 @@
-"""torch.nn.functional: ``linear``."""
+"""torch.nn.functional: ``linear`` (with cuBLASLt's fused epilogues) and the activations."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._tensor import Tensor
 from ..blas import _checks, addmm, matmul
+from ..ops import _math
 
-__all__ = ["linear"]
+__all__ = ["linear", "relu", "gelu", "silu", "sigmoid", "tanh"]
 
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
@@ -29,3 +32,34 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     b = _checks.tensor_arg("linear", "bias", bias)
     rows = x.reshape(-1, x.shape[-1])
     return addmm(b, rows, w.t()).view(*x.shape[:-1], w.shape[0])
+
+
+def _activation(name: str, input: Any, inplace: bool) -> Tensor:  # noqa: A002
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{name}(): argument 'input' must be Tensor, not {type(input).__name__}")
+    return _math.unary(name, input, out=input if inplace else None)
+
+
+def relu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    """max(input, 0), NaN kept (torch.nn.functional.relu)."""
+    return _activation("relu", input, inplace)
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
+    """``x * Φ(x)`` with the erf form (``approximate="none"``) or the tanh approximation."""
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate!r}")
+    return _activation("gelu" if approximate == "none" else "gelu_tanh", input, False)
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    """``x * sigmoid(x)`` (torch.nn.functional.silu)."""
+    return _activation("silu", input, inplace)
+
+
+def sigmoid(input: Tensor) -> Tensor:  # noqa: A002
+    return _activation("sigmoid", input, False)
+
+
+def tanh(input: Tensor) -> Tensor:  # noqa: A002
+    return _activation("tanh", input, False)
