@@ -501,3 +501,16 @@ def test_a_repeated_call_reuses_its_plan():
         vram.sum(t, -1)
         vram.sum(on(sample(vram.float32, (8, 16), 22)), -1)
     assert len(_plans.PLANS) == before
+
+
+def test_reductions_queue_their_work_in_deferred_mode():
+    """The work runs when the stream does: the workspace of a split reduction, freed at the
+    call's end, is reused by the next call on the same stream only after it ran."""
+    a, b = sample(vram.float32, (200_001,), 23), sample(vram.float32, (200_001,), 24)
+    ta, tb = on(a), on(b)
+    with vram.sim.deferred():
+        first, second = vram.sum(ta), vram.sum(tb)
+        softmax = vram.softmax(ta[:1000].view(10, 100), 1)
+    close(first, a.astype(np.float64).sum().astype(np.float32))
+    close(second, b.astype(np.float64).sum().astype(np.float32))
+    assert softmax.shape == (10, 100)
