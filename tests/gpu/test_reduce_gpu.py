@@ -300,3 +300,15 @@ def test_scans_match_torch(dt):
         check(vram.cumprod(ours[:, :40], dim), torch.cumprod(theirs[:, :40], dim))
         check(vram.cumsum(ours.t(), dim), torch.cumsum(theirs.t(), dim))
     check(vram.cumsum(ours, 1, dtype=vram.float64), torch.cumsum(theirs, 1, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("shape", [(5_000_001,), (3, 300_000)], ids=["one-row", "few-rows"])
+def test_long_scans_match_torch(shape):
+    """Rows long and few: scanned tile by tile (three launches)."""
+    ours, theirs = both(
+        (np.random.default_rng().random(shape) + 0.5).astype(np.float32), vram.float32
+    )
+    got, want = host(vram.cumsum(ours, -1)), host(torch.cumsum(theirs, -1))
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    ints, ints_t = both(sample(vram.int32, shape), vram.int32)
+    check(vram.cumsum(ints, -1), torch.cumsum(ints_t, -1))

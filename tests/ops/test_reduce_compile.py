@@ -84,4 +84,5 @@ def test_row_and_scan_instances_compile(entries):
     _compile(_layer_norm.source(), entries["vram.ops._layer_norm"])
     vram.cumsum(t((3, 100), vram.float16), 1)
     vram.cumprod(vram.tensor(np.ones((4, 3, 5), np.int32), device=SIM), 1)
+    vram.cumsum(t((2, 40_000), vram.bfloat16), 1)  # tiles of long rows: three kernels
     _compile(_scan.source(), entries["vram.ops._scan"])

@@ -254,3 +254,28 @@ def test_cumsum_arguments():
     with pytest.raises(IndexError, match="but got 2"):
         vram.cumsum(on(a), 2)
     assert math.isclose(vram.cumsum(on(a, CPU), 1).numpy()[2, 3], 38.0)
+
+
+@pytest.mark.parametrize("dt", [vram.float32, vram.int32, vram.bfloat16], ids=str)
+def test_long_rows_scan_by_tiles(dt):
+    """Few rows longer than two tiles: tile totals, their running sums, then the tiles."""
+    rng = np.random.default_rng(13)
+    for shape in ((50_001,), (2, 40_000)):
+        if dt is vram.int32:
+            a = rng.integers(-3, 4, shape).astype(np.int32)
+        else:
+            a = (rng.random(shape) * 0.002 + 0.999).astype(dt.np)
+        accumulate = np.int64 if dt is vram.int32 else np.float64
+        got = vram.cumsum(on(a), -1)
+        want = np.cumsum(a.astype(accumulate), axis=-1)
+        if dt is vram.int32:
+            np.testing.assert_array_equal(got.numpy(), want)
+            np.testing.assert_array_equal(
+                vram.cumprod(on(np.ones(shape, np.int32)), -1).numpy(), np.ones(shape)
+            )
+        else:
+            np.testing.assert_allclose(got.numpy().astype(np.float64), want, rtol=1e-2)
+            product = np.cumprod(a.astype(np.float64), axis=-1)
+            np.testing.assert_allclose(
+                vram.cumprod(on(a), -1).numpy().astype(np.float64), product, rtol=2e-2
+            )

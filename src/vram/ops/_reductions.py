@@ -123,8 +123,12 @@ def _plan(key: tuple, build: Any, *args: Any) -> Any:
     """The plan under ``key`` (one dict lookup), or built by ``build(*args)`` and kept."""
     try:
         plan = PLANS.get(key)
-    except TypeError:  # an unhashable argument (a list of dims): plan without keeping it
-        return build(*args)
+    except TypeError:  # a list of dims: the same plan as their tuple's
+        key = tuple(tuple(k) if isinstance(k, list) else k for k in key)
+        try:
+            plan = PLANS.get(key)
+        except TypeError:  # still unhashable: a bad argument, which the builder names
+            return build(*args)
     if plan is None:
         plan = PLANS.add(key, build(*args))
     return plan
