@@ -24,10 +24,10 @@ from .._tensor import Tensor, contiguous_strides
 from ..driver._work import Arg, Kernel, Launch, Launcher, View
 from . import _launch
 from ._math import _torch_name
-from ._plans import PLANS, launcher, new_tensor
+from ._plans import launcher, new_tensor
 from ._pointwise import store as _put
 from ._promotion import kind, opmath
-from ._reduce import multiprocessors
+from ._reduce import multiprocessors, plan_for
 from ._rows import row_layout
 
 __all__ = ["layer_norm", "LayerNormPlan"]
@@ -37,7 +37,8 @@ __all__ = ["layer_norm", "LayerNormPlan"]
 def source() -> str:
     folder = _launch.KERNEL_DIR
     return "".join(
-        (folder / name).read_text() for name in ("common.cuh", "group.cuh", "layer_norm.cu")
+        (folder / name).read_text()
+        for name in ("common.cuh", "group.cuh", "rows.cuh", "layer_norm.cu")
     )
 
 
@@ -252,9 +253,7 @@ def layer_norm(
             _signature(weight),
             _signature(bias),
         )
-        plan = PLANS.get(key)
-        if plan is None:
-            plan = PLANS.add(key, _build(input, normalized_shape, weight, bias))
+        plan = plan_for(key, _build, input, normalized_shape, weight, bias)
     else:
         plan = _build(input, normalized_shape, weight, bias)
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real):

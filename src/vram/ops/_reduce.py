@@ -40,7 +40,7 @@ from .._streams import current_handle
 from .._tensor import Tensor, contiguous_strides
 from ..driver._work import Arg, Kernel, Launch, Launcher, View
 from . import _launch
-from ._plans import launcher, new_tensor
+from ._plans import PLANS, launcher, new_tensor
 
 __all__ = [
     "MAX_REDUCE_DIMS",
@@ -50,6 +50,7 @@ __all__ = [
     "layout_dtype",
     "multiprocessors",
     "next_pow2",
+    "plan_for",
 ]
 
 MAX_REDUCE_DIMS = 16  # kept and reduced dims after coalescing (kReduceDims in reduce.cu)
@@ -89,6 +90,21 @@ class Reduction:
 
     def __repr__(self) -> str:
         return f"<vram Reduction {self.name}>"
+
+
+def plan_for(key: tuple, build: Callable[..., Any], *args: Any) -> Any:
+    """The plan under ``key`` (one dict lookup), or built by ``build(*args)`` and kept."""
+    try:
+        plan = PLANS.get(key)
+    except TypeError:  # a list of dims: the same plan as their tuple's
+        key = tuple(tuple(k) if isinstance(k, list) else k for k in key)
+        try:
+            plan = PLANS.get(key)
+        except TypeError:  # still unhashable: a bad argument, which the builder names
+            return build(*args)
+    if plan is None:
+        plan = PLANS.add(key, build(*args))
+    return plan
 
 
 def _ceil(a: int, b: int) -> int:

@@ -77,6 +77,14 @@ def _output(out: Any) -> np.ndarray | None:
     return out if isinstance(out, np.ndarray) else None
 
 
+def _merge_columns(acc: np.ndarray, merge) -> np.ndarray:
+    """Accumulators [rows, n] combined along each row, left to right, by ``merge``."""
+    result = acc[:, 0]
+    for s in range(1, acc.shape[1]):
+        result = merge(result, acc[:, s])
+    return result
+
+
 def _plain_store(acc: np.ndarray, out: Any, out2: Any, fields: tuple) -> None:
     _put(out, acc)
 
@@ -189,13 +197,11 @@ def _arg(maximum: bool) -> Reduction:
         ordered = np.where(a_nan, ~b_nan | (ai < bi), np.where(b_nan, False, ordered))
         return np.where(bi < 0, True, np.where(ai < 0, False, ordered))
 
+    def merge(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.where(wins(a, b), a, b)
+
     def combine(acc: np.ndarray, fields: tuple) -> np.ndarray:
-        result = acc[:, 0].copy()
-        for s in range(1, acc.shape[1]):
-            other = acc[:, s]
-            take = ~wins(result, other)
-            result[take] = other[take]
-        return result
+        return _merge_columns(acc, merge)
 
     def store(acc: np.ndarray, out: Any, out2: Any, fields: tuple) -> None:
         if _output(out) is not None:
@@ -242,22 +248,21 @@ def _var_fold(x: np.ndarray, first: int, a: np.dtype, fields: tuple) -> np.ndarr
     return acc
 
 
-def _var_combine(acc: np.ndarray, fields: tuple) -> np.ndarray:
+def _var_merge(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Chan's formula, as VarOp::combine."""
-    result = acc[:, 0].copy()
-    real = _real_np(acc.dtype["mean"])
-    for s in range(1, acc.shape[1]):
-        other = acc[:, s]
-        n = result["n"] + other["n"]
-        wb = other["n"].astype(real) / np.maximum(n, 1).astype(real)
-        delta = other["mean"] - result["mean"]
-        mean = result["mean"] + _scale(delta, wb).astype(acc.dtype["mean"])
-        m2 = result["m2"] + other["m2"] + _abs2(delta) * result["n"].astype(real) * wb
-        merged = np.empty_like(result)
-        merged["mean"], merged["m2"], merged["n"] = mean, m2, n
-        merged = np.where(result["n"] == 0, other, np.where(other["n"] == 0, result, merged))
-        result = merged
-    return result
+    real = _real_np(a.dtype["mean"])
+    n = a["n"] + b["n"]
+    wb = b["n"].astype(real) / np.maximum(n, 1).astype(real)
+    delta = b["mean"] - a["mean"]
+    merged = np.empty_like(a)
+    merged["mean"] = a["mean"] + _scale(delta, wb).astype(a.dtype["mean"])
+    merged["m2"] = a["m2"] + b["m2"] + _abs2(delta) * a["n"].astype(real) * wb
+    merged["n"] = n
+    return np.where(a["n"] == 0, b, np.where(b["n"] == 0, a, merged))
+
+
+def _var_combine(acc: np.ndarray, fields: tuple) -> np.ndarray:
+    return _merge_columns(acc, _var_merge)
 
 
 def _variance(root: bool) -> Reduction:
@@ -386,20 +391,18 @@ def _lse_fold(x: np.ndarray, first: int, a: np.dtype, fields: tuple) -> np.ndarr
     return acc
 
 
+def _lse_merge(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """As LogSumExpOp::combine."""
+    top = np.maximum(a["max"], b["max"])
+    total = a["sum"] * np.exp(a["max"] - top) + b["sum"] * np.exp(b["max"] - top)
+    merged = np.empty_like(a)
+    merged["max"] = top
+    merged["sum"] = np.where(np.isinf(top), top.dtype.type(1), total)
+    return np.where(a["sum"] == 0, b, np.where(b["sum"] == 0, a, merged))
+
+
 def _lse_combine(acc: np.ndarray, fields: tuple) -> np.ndarray:
-    result = acc[:, 0].copy()
-    for s in range(1, acc.shape[1]):
-        other = acc[:, s]
-        top = np.maximum(result["max"], other["max"])
-        total = result["sum"] * np.exp(result["max"] - top) + other["sum"] * np.exp(
-            other["max"] - top
-        )
-        merged = np.empty_like(result)
-        merged["max"] = top
-        merged["sum"] = np.where(np.isinf(top), top.dtype.type(1), total)
-        merged = np.where(result["sum"] == 0, other, np.where(other["sum"] == 0, result, merged))
-        result = merged
-    return result
+    return _merge_columns(acc, _lse_merge)
 
 
 def _lse_store(acc: np.ndarray, out: Any, out2: Any, fields: tuple) -> None:

@@ -27,9 +27,8 @@ from .._tensor import Tensor, dispatch
 from . import _reduce_ops as ops
 from . import return_types
 from ._math import _torch_name, maximum, minimum
-from ._plans import PLANS
 from ._promotion import get_default_dtype, kind, opmath, promote_types
-from ._reduce import ReducePlan, Reduction
+from ._reduce import ReducePlan, Reduction, plan_for
 
 __all__ = [
     "FUNCTIONS",
@@ -119,21 +118,6 @@ def _real(dt: dtype) -> dtype:
     return {complex64: float32, complex128: float64}.get(dt, dt)
 
 
-def _plan(key: tuple, build: Any, *args: Any) -> Any:
-    """The plan under ``key`` (one dict lookup), or built by ``build(*args)`` and kept."""
-    try:
-        plan = PLANS.get(key)
-    except TypeError:  # a list of dims: the same plan as their tuple's
-        key = tuple(tuple(k) if isinstance(k, list) else k for k in key)
-        try:
-            plan = PLANS.get(key)
-        except TypeError:  # still unhashable: a bad argument, which the builder names
-            return build(*args)
-    if plan is None:
-        plan = PLANS.add(key, build(*args))
-    return plan
-
-
 def _key(op: Any, x: Any, *arguments: Any) -> tuple:
     if type(x) is not Tensor and not isinstance(x, Tensor):
         return (op, None, id(x))  # not a tensor: the builder raises
@@ -172,7 +156,7 @@ def _build_sum(op: Reduction, x: Any, dim: Any, keepdim: Any, dt: Any) -> Reduce
 
 def sum(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:  # noqa: A001, A002
     """torch.sum: over every dim, one or several; bool and integers sum in int64."""
-    plan = _plan(
+    plan = plan_for(
         _key(ops.SUM, input, dim, keepdim, dtype), _build_sum, ops.SUM, input, dim, keepdim, dtype
     )
     return plan(input)[0]
@@ -182,7 +166,7 @@ def prod(
     input: Tensor, dim: int | None = None, keepdim: bool = False, *, dtype: Any = None
 ) -> Tensor:  # noqa: A002
     """torch.prod: of every element, or along one dim; bool and integers multiply in int64."""
-    plan = _plan(
+    plan = plan_for(
         _key(ops.PROD, input, dim, keepdim, dtype), _build_sum, ops.PROD, input, dim, keepdim, dtype
     )
     return plan(input)[0]
@@ -210,7 +194,7 @@ def _build_mean(x: Any, dim: Any, keepdim: Any, dt: Any) -> ReducePlan:
 
 def mean(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:  # noqa: A002
     """torch.mean: floating point and complex tensors (or ``dtype=`` one)."""
-    plan = _plan(
+    plan = plan_for(
         _key(ops.MEAN, input, dim, keepdim, dtype), _build_mean, input, dim, keepdim, dtype
     )
     return plan(input)[0]
@@ -235,13 +219,13 @@ def _build_extreme(op: Reduction, x: Any, dim: Any, keepdim: Any, name: str) -> 
 def amax(input: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:  # noqa: A002
     """torch.amax: the largest element (NaN if any is NaN) over the dims (every dim: ())."""
     key = _key(ops.AMAX, input, dim, keepdim)
-    return _plan(key, _build_extreme, ops.AMAX, input, dim, keepdim, "amax")(input)[0]
+    return plan_for(key, _build_extreme, ops.AMAX, input, dim, keepdim, "amax")(input)[0]
 
 
 def amin(input: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:  # noqa: A002
     """torch.amin: the smallest element (NaN if any is NaN) over the dims (every dim: ())."""
     key = _key(ops.AMIN, input, dim, keepdim)
-    return _plan(key, _build_extreme, ops.AMIN, input, dim, keepdim, "amin")(input)[0]
+    return plan_for(key, _build_extreme, ops.AMIN, input, dim, keepdim, "amin")(input)[0]
 
 
 def aminmax(input: Tensor, *, dim: int | None = None, keepdim: bool = False) -> Any:  # noqa: A002
@@ -274,13 +258,13 @@ def argmax(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tens
     """torch.argmax: the index of the first maximal element (of the first NaN, if any), in
     the flattened tensor or along ``dim``."""
     key = _key(ops.ARGMAX, input, dim, keepdim)
-    return _plan(key, _build_arg, ops.ARGMAX, input, dim, keepdim, False)(input)[1]
+    return plan_for(key, _build_arg, ops.ARGMAX, input, dim, keepdim, False)(input)[1]
 
 
 def argmin(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:  # noqa: A002
     """torch.argmin: the index of the first minimal element (of the first NaN, if any)."""
     key = _key(ops.ARGMIN, input, dim, keepdim)
-    return _plan(key, _build_arg, ops.ARGMIN, input, dim, keepdim, False)(input)[1]
+    return plan_for(key, _build_arg, ops.ARGMIN, input, dim, keepdim, False)(input)[1]
 
 
 def _extreme_of(
@@ -292,9 +276,9 @@ def _extreme_of(
         if keepdim:
             raise TypeError(f"{name}(): 'keepdim' needs 'dim' (use amax/amin for every dim)")
         key = _key(values_op, input, None, False)
-        return _plan(key, _build_extreme, values_op, input, None, False, name)(input)[0]
+        return plan_for(key, _build_extreme, values_op, input, None, False, name)(input)[0]
     key = (name, *_key(arg_op, input, dim, keepdim))
-    values, indices = _plan(key, _build_arg, arg_op, input, dim, keepdim, True)(input)
+    values, indices = plan_for(key, _build_arg, arg_op, input, dim, keepdim, True)(input)
     return getattr(return_types, name)(values, indices)
 
 
@@ -378,59 +362,39 @@ def _moments(
     if isinstance(dim, (bool, np.bool_)):  # torch.var(t, True): the old (input, unbiased) form
         dim, unbiased = None, dim
     key = (mean, *_key(op, input, dim, unbiased, keepdim, correction))
-    found = _plan(key, _build_moments, op, input, dim, unbiased, keepdim, correction, mean)
+    found = plan_for(key, _build_moments, op, input, dim, unbiased, keepdim, correction, mean)
     if found.warning:
         warnings.warn(found.warning, UserWarning, stacklevel=3)
     return found.plan(input)
 
 
-def var(
-    input: Tensor,  # noqa: A002
-    dim: Any = None,
-    unbiased: bool | None = None,
-    keepdim: bool = False,
-    *,
-    correction: float | None = None,
-) -> Tensor:
-    """torch.var: ``sum |x - mean|^2 / (N - correction)`` (correction 1 by default;
-    ``unbiased=False`` is correction 0). Real for complex tensors."""
-    return _moments(ops.VAR, input, dim, unbiased, keepdim, correction, False)[0]
+def _moment_function(name: str, op: Reduction, mean: bool, doc: str) -> Any:
+    def function(
+        input: Tensor,  # noqa: A002
+        dim: Any = None,
+        unbiased: bool | None = None,
+        keepdim: bool = False,
+        *,
+        correction: float | None = None,
+    ) -> Any:
+        found = _moments(op, input, dim, unbiased, keepdim, correction, mean)
+        return found if mean else found[0]
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = doc
+    return function
 
 
-def std(
-    input: Tensor,  # noqa: A002
-    dim: Any = None,
-    unbiased: bool | None = None,
-    keepdim: bool = False,
-    *,
-    correction: float | None = None,
-) -> Tensor:
-    """torch.std: the square root of ``var``."""
-    return _moments(ops.STD, input, dim, unbiased, keepdim, correction, False)[0]
-
-
-def var_mean(
-    input: Tensor,  # noqa: A002
-    dim: Any = None,
-    unbiased: bool | None = None,
-    keepdim: bool = False,
-    *,
-    correction: float | None = None,
-) -> tuple[Tensor, Tensor]:
-    """torch.var_mean: (var, mean) from one pass."""
-    return _moments(ops.VAR, input, dim, unbiased, keepdim, correction, True)
-
-
-def std_mean(
-    input: Tensor,  # noqa: A002
-    dim: Any = None,
-    unbiased: bool | None = None,
-    keepdim: bool = False,
-    *,
-    correction: float | None = None,
-) -> tuple[Tensor, Tensor]:
-    """torch.std_mean: (std, mean) from one pass."""
-    return _moments(ops.STD, input, dim, unbiased, keepdim, correction, True)
+var = _moment_function(
+    "var",
+    ops.VAR,
+    False,
+    "torch.var: ``sum |x - mean|^2 / (N - correction)`` (correction 1 by default; "
+    "``unbiased=False`` is correction 0), from Welford's one pass. Real for complex tensors.",
+)
+std = _moment_function("std", ops.STD, False, "torch.std: the square root of ``var``.")
+var_mean = _moment_function("var_mean", ops.VAR, True, "torch.var_mean: (var, mean), one pass.")
+std_mean = _moment_function("std_mean", ops.STD, True, "torch.std_mean: (std, mean), one pass.")
 
 
 # ---- norms ----------------------------------------------------------------------------------
@@ -513,7 +477,7 @@ def vector_norm(
     """torch.linalg.vector_norm: ``(sum |x|^ord)^(1/ord)`` over every dim or the given ones
     (ord 0: nonzeros; inf, -inf: max, min |x|). Real for complex tensors."""
     key = _key("vector_norm", x, ord, dim, keepdim, dtype)
-    return _plan(key, _build_norm, x, ord, dim, keepdim, dtype)(x)[0]
+    return plan_for(key, _build_norm, x, ord, dim, keepdim, dtype)(x)[0]
 
 
 def norm(
@@ -549,13 +513,13 @@ def _build_logical(op: Reduction, x: Any, dim: Any, keepdim: Any) -> ReducePlan:
 def all(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A001, A002
     """torch.all: whether every element is nonzero (bool; uint8 for uint8 tensors)."""
     key = _key(ops.ALL, input, dim, keepdim)
-    return _plan(key, _build_logical, ops.ALL, input, dim, keepdim)(input)[0]
+    return plan_for(key, _build_logical, ops.ALL, input, dim, keepdim)(input)[0]
 
 
 def any(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A001, A002
     """torch.any: whether some element is nonzero (bool; uint8 for uint8 tensors)."""
     key = _key(ops.ANY, input, dim, keepdim)
-    return _plan(key, _build_logical, ops.ANY, input, dim, keepdim)(input)[0]
+    return plan_for(key, _build_logical, ops.ANY, input, dim, keepdim)(input)[0]
 
 
 def _build_logsumexp(x: Any, dim: Any, keepdim: Any) -> ReducePlan:
@@ -570,7 +534,7 @@ def logsumexp(input: Tensor, dim: Any, keepdim: bool = False) -> Tensor:  # noqa
     """torch.logsumexp: ``log(sum(exp(x)))`` over ``dim``, in one pass without overflow
     (integers give the default float dtype)."""
     key = _key(ops.LOGSUMEXP, input, dim, keepdim, get_default_dtype())
-    return _plan(key, _build_logsumexp, input, dim, keepdim)(input)[0]
+    return plan_for(key, _build_logsumexp, input, dim, keepdim)(input)[0]
 
 
 FUNCTIONS: dict[str, Any] = {

@@ -6,8 +6,8 @@ keeps ``items`` vectors of ``vec`` elements, so the row is read once and written
   one: no shared memory, no barrier; small blocks (``_SMALL_BLOCK`` threads) of several rows.
 - A longer row takes several warps (up to 1024 threads, ``_BLOCK_ELEMENTS`` each, fewer per
   thread so that a 1024-thread block fits the register file).
-- A row longer than that goes ``online``: a block per row reads it twice (PyTorch's softmax
-  reads such rows three times).
+- A row longer than that goes ``online``: a block per row reads it twice (one pass for the
+  row's statistics, one to write).
 ``vec`` is 16 bytes of the wider of the input and output types when the row length allows
 it; a call whose pointers are not 16-byte aligned takes the same layout with ``vec`` 1.
 """

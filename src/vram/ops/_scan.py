@@ -20,10 +20,10 @@ from .._tensor import Tensor, contiguous_strides, dispatch
 from ..driver._work import Arg, Kernel, Launch, View
 from . import _launch
 from ._math import _torch_name
-from ._plans import PLANS, launcher, new_tensor
+from ._plans import launcher, new_tensor
 from ._pointwise import store as _put
 from ._promotion import kind, opmath
-from ._reduce import multiprocessors, next_pow2
+from ._reduce import multiprocessors, next_pow2, plan_for
 from ._reductions import one_dim
 
 __all__ = ["cumsum", "cumprod", "ScanPlan"]
@@ -210,20 +210,10 @@ def _build(x: Any, dim: Any, dt: Any, prod: bool) -> ScanPlan:
 
 
 def _plan(x: Any, dim: Any, dt: Any, prod: bool) -> ScanPlan:
+    name = "cumprod" if prod else "cumsum"
     if isinstance(x, Tensor):
-        key = (
-            "cumprod" if prod else "cumsum",
-            x.dtype,
-            x._shape,
-            x._stride,
-            x._storage.device,
-            dim,
-            dt,
-        )
-        plan = PLANS.get(key)
-        if plan is None:
-            plan = PLANS.add(key, _build(x, dim, dt, prod))
-        return plan
+        key = (name, x.dtype, x._shape, x._stride, x._storage.device, dim, dt)
+        return plan_for(key, _build, x, dim, dt, prod)
     return _build(x, dim, dt, prod)
 
 

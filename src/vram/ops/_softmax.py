@@ -24,10 +24,10 @@ from .._tensor import Tensor, contiguous_strides, dispatch
 from ..driver._work import Arg, Kernel, Launch, Launcher, View
 from . import _launch
 from ._math import _torch_name
-from ._plans import PLANS, launcher, new_tensor
+from ._plans import launcher, new_tensor
 from ._pointwise import store as _put
 from ._promotion import kind, opmath
-from ._reduce import multiprocessors, next_pow2
+from ._reduce import multiprocessors, next_pow2, plan_for
 from ._reductions import one_dim
 from ._rows import row_layout
 
@@ -40,7 +40,8 @@ _COLUMN_THREADS = 512  # threads of a softmax_columns block
 def source() -> str:
     folder = _launch.KERNEL_DIR
     return "".join(
-        (folder / name).read_text() for name in ("common.cuh", "group.cuh", "softmax.cu")
+        (folder / name).read_text()
+        for name in ("common.cuh", "group.cuh", "rows.cuh", "softmax.cu")
     )
 
 
@@ -172,25 +173,23 @@ def _build(x: Any, dim: Any, dt: Any, log: bool) -> SoftmaxPlan:
     return SoftmaxPlan(x, one_dim(name, dim, x.ndim), out, log)
 
 
-def _plan(name: str, x: Any, dim: Any, dt: Any, log: bool) -> SoftmaxPlan:
+def _key(name: str, x: Any, dim: Any, dt: Any) -> tuple:
     if isinstance(x, Tensor):
-        key = (name, x.dtype, x._shape, x._stride, x._storage.device, dim, dt)
-        plan = PLANS.get(key)
-        if plan is None:
-            plan = PLANS.add(key, _build(x, dim, dt, log))
-        return plan
-    return _build(x, dim, dt, log)
+        return (name, x.dtype, x._shape, x._stride, x._storage.device, dim, dt)
+    return (name, None, id(x))  # not a tensor: the builder raises
 
 
 def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:  # noqa: A002
     """torch.softmax: ``exp(x - max) / sum(exp(x - max))`` along ``dim`` (``dtype``: the
     input is converted to it first, and it is the result's dtype)."""
-    return _plan("softmax", input, dim, dtype, False)(input)
+    key = _key("softmax", input, dim, dtype)
+    return plan_for(key, _build, input, dim, dtype, False)(input)
 
 
 def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:  # noqa: A002
     """torch.log_softmax: ``x - max - log(sum(exp(x - max)))`` along ``dim``."""
-    return _plan("log_softmax", input, dim, dtype, True)(input)
+    key = _key("log_softmax", input, dim, dtype)
+    return plan_for(key, _build, input, dim, dtype, True)(input)
 
 
 dispatch.update(softmax=softmax, log_softmax=log_softmax)

@@ -72,37 +72,25 @@ template <int N, typename T> __device__ inline Vec<N, T> load_vec(const T* p) {
 }
 
 // ---- shuffles of any accumulator type, moved as 32-bit words ----------------------------------
+template <typename T, typename Move> __device__ inline T shuffle(const T& value, Move move) {
+    constexpr int kWords = (sizeof(T) + 3) / 4;
+    int words[kWords] = {};
+    memcpy(words, &value, sizeof(T));
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) words[k] = move(words[k]);
+    T result;
+    memcpy(&result, words, sizeof(T));
+    return result;
+}
+
 template <typename T> __device__ inline T shfl_xor(const T& value, int mask, int width) {
-    constexpr int kWords = (sizeof(T) + 3) / 4;
-    int words[kWords] = {};
-    memcpy(words, &value, sizeof(T));
-#pragma unroll
-    for (int k = 0; k < kWords; ++k) words[k] = __shfl_xor_sync(kFullMask, words[k], mask, width);
-    T result;
-    memcpy(&result, words, sizeof(T));
-    return result;
+    return shuffle(value, [=](int w) { return __shfl_xor_sync(kFullMask, w, mask, width); });
 }
-
 template <typename T> __device__ inline T shfl_up(const T& value, int delta, int width) {
-    constexpr int kWords = (sizeof(T) + 3) / 4;
-    int words[kWords] = {};
-    memcpy(words, &value, sizeof(T));
-#pragma unroll
-    for (int k = 0; k < kWords; ++k) words[k] = __shfl_up_sync(kFullMask, words[k], delta, width);
-    T result;
-    memcpy(&result, words, sizeof(T));
-    return result;
+    return shuffle(value, [=](int w) { return __shfl_up_sync(kFullMask, w, delta, width); });
 }
-
 template <typename T> __device__ inline T shfl(const T& value, int lane, int width) {
-    constexpr int kWords = (sizeof(T) + 3) / 4;
-    int words[kWords] = {};
-    memcpy(words, &value, sizeof(T));
-#pragma unroll
-    for (int k = 0; k < kWords; ++k) words[k] = __shfl_sync(kFullMask, words[k], lane, width);
-    T result;
-    memcpy(&result, words, sizeof(T));
-    return result;
+    return shuffle(value, [=](int w) { return __shfl_sync(kFullMask, w, lane, width); });
 }
 
 // ---- a group's combined value --------------------------------------------------------------

@@ -39,28 +39,16 @@ __global__ void __launch_bounds__(THREADS)
     layer_norm_rows(const In* __restrict__ in, In* __restrict__ out, const W* __restrict__ weight,
                     const W* __restrict__ bias, long long rows, int n, C eps) {
     __shared__ C scratch[kMaxWarps];
-    const int lanes = blockDim.x, lane = threadIdx.x;
     auto sum_of = [](C a, C b) { return a + b; };
     for (long long first = static_cast<long long>(blockIdx.x) * blockDim.y; first < rows;
          first += static_cast<long long>(gridDim.x) * blockDim.y) {
         const long long row = first + threadIdx.y;
         const bool active = row < rows;
-        const In* src = in + (active ? row : 0) * n;
         C v[ITEMS][VEC];
+        load_row(v, in + (active ? row : 0) * n, n, active, C(0));
         C s = C(0);
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
-            const int at = (i * lanes + lane) * VEC;
-            if (active && at + VEC <= n) {
-                const Vec<VEC, In> p = load_vec<VEC>(src + at);
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) v[i][k] = convert<C>(p.v[k]);
-            } else {
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) {
-                    v[i][k] = active && at + k < n ? convert<C>(src[at + k]) : C(0);
-                }
-            }
 #pragma unroll
             for (int k = 0; k < VEC; ++k) s += v[i][k];
         }
@@ -68,35 +56,17 @@ __global__ void __launch_bounds__(THREADS)
         C q = C(0);
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
-            const int at = (i * lanes + lane) * VEC;
 #pragma unroll
             for (int k = 0; k < VEC; ++k) {
                 const C d = v[i][k] - mean;
-                if (at + k < n) q += d * d;
+                if (row_at<VEC>(i) + k < n) q += d * d;
             }
         }
         const C rstd = m_rsqrt(group_allreduce(q, sum_of, scratch) / C(n) + eps);
         if (!active) continue;
-        In* dst = out + row * n;
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
-            const int at = (i * lanes + lane) * VEC;
-            if (at + VEC <= n) {
-                Vec<VEC, In> p;
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) {
-                    p.v[k] = convert<In>(affine((v[i][k] - mean) * rstd, weight, bias, at + k));
-                }
-                *reinterpret_cast<Vec<VEC, In>*>(dst + at) = p;
-            } else {
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) {
-                    if (at + k < n) {
-                        dst[at + k] = convert<In>(affine((v[i][k] - mean) * rstd, weight, bias, at + k));
-                    }
-                }
-            }
-        }
+        store_row<VEC, ITEMS>(out + row * n, n, [&](int i, int k, int at) {
+            return affine((v[i][k] - mean) * rstd, weight, bias, at);
+        });
     }
 }
 

@@ -74,30 +74,29 @@ template <typename V> __device__ inline auto magnitude(V v) {
 }
 
 // ---- the ops ---------------------------------------------------------------------------------
-template <typename A> struct SumOp {
-    using acc = A;
-    __device__ A identity() const { return A{}; }
-    template <typename X, typename I> __device__ A reduce(A a, X x, I) const {
-        return a + convert<A>(x);
-    }
-    __device__ A combine(A a, A b) const { return a + b; }
+template <typename A> struct StoresAcc {  // ops whose accumulator is their result
     template <typename Out, typename Out2>
     __device__ void store(A a, Out* out, Out2*, long long o) const {
         out[o] = convert<Out>(a);
     }
 };
 
-template <typename A> struct ProdOp {
+template <typename A> struct SumOp : StoresAcc<A> {
+    using acc = A;
+    __device__ A identity() const { return A{}; }
+    template <typename X, typename I> __device__ A reduce(A a, X x, I) const {
+        return a + convert<A>(x);
+    }
+    __device__ A combine(A a, A b) const { return a + b; }
+};
+
+template <typename A> struct ProdOp : StoresAcc<A> {
     using acc = A;
     __device__ A identity() const { return one<A>(); }
     template <typename X, typename I> __device__ A reduce(A a, X x, I) const {
         return a * convert<A>(x);
     }
     __device__ A combine(A a, A b) const { return a * b; }
-    template <typename Out, typename Out2>
-    __device__ void store(A a, Out* out, Out2*, long long o) const {
-        out[o] = convert<Out>(a);
-    }
 };
 
 // PyTorch's MeanOps: the sum times factor = outputs / elements (1 / length).
@@ -115,16 +114,12 @@ template <typename A, typename R> struct MeanOp {
     }
 };
 
-template <typename A, bool MAX> struct ExtremeOp {  // amax, amin, max(), min()
+template <typename A, bool MAX> struct ExtremeOp : StoresAcc<A> {  // amax, amin, max(), min()
     using acc = A;
     __device__ A identity() const { return MAX ? Bounds<A>::lowest() : Bounds<A>::highest(); }
     __device__ A combine(A a, A b) const { return MAX ? max_nan(a, b) : min_nan(a, b); }
     template <typename X, typename I> __device__ A reduce(A a, X x, I) const {
         return combine(a, convert<A>(x));
-    }
-    template <typename Out, typename Out2>
-    __device__ void store(A a, Out* out, Out2*, long long o) const {
-        out[o] = convert<Out>(a);
     }
 };
 
@@ -228,16 +223,12 @@ template <typename R, int KIND> struct NormOp {
     }
 };
 
-template <bool ALL> struct LogicalOp {  // all, any
+template <bool ALL> struct LogicalOp : StoresAcc<bool> {  // all, any
     using acc = bool;
     __device__ bool identity() const { return ALL; }
     __device__ bool combine(bool a, bool b) const { return ALL ? (a && b) : (a || b); }
     template <typename X, typename I> __device__ bool reduce(bool a, X x, I) const {
         return combine(a, convert<bool>(x));
-    }
-    template <typename Out, typename Out2>
-    __device__ void store(bool a, Out* out, Out2*, long long o) const {
-        out[o] = convert<Out>(a);
     }
 };
 

@@ -37,29 +37,17 @@ template <typename In, typename Out, typename C, bool LOG, int VEC, int ITEMS, i
 __global__ void __launch_bounds__(THREADS)
     softmax_rows(const In* __restrict__ in, Out* __restrict__ out, long long rows, int n) {
     __shared__ C scratch[kMaxWarps];
-    const int lanes = blockDim.x, lane = threadIdx.x;
     auto max_of = [](C a, C b) { return max_nan(a, b); };
     auto sum_of = [](C a, C b) { return a + b; };
     for (long long first = static_cast<long long>(blockIdx.x) * blockDim.y; first < rows;
          first += static_cast<long long>(gridDim.x) * blockDim.y) {
         const long long row = first + threadIdx.y;
         const bool active = row < rows;
-        const In* src = in + (active ? row : 0) * n;
         C v[ITEMS][VEC];
+        load_row(v, in + (active ? row : 0) * n, n, active, Bounds<C>::lowest());
         C m = Bounds<C>::lowest();
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
-            const int at = (i * lanes + lane) * VEC;
-            if (active && at + VEC <= n) {
-                const Vec<VEC, In> p = load_vec<VEC>(src + at);
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) v[i][k] = convert<C>(p.v[k]);
-            } else {
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) {
-                    v[i][k] = active && at + k < n ? convert<C>(src[at + k]) : Bounds<C>::lowest();
-                }
-            }
 #pragma unroll
             for (int k = 0; k < VEC; ++k) m = max_nan(m, v[i][k]);
         }
@@ -67,30 +55,16 @@ __global__ void __launch_bounds__(THREADS)
         C s = C(0);
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
-            const int at = (i * lanes + lane) * VEC;
 #pragma unroll
             for (int k = 0; k < VEC; ++k) {
-                if (at + k < n) s += m_exp(v[i][k] - m);
+                if (row_at<VEC>(i) + k < n) s += m_exp(v[i][k] - m);
             }
         }
         s = group_allreduce(s, sum_of, scratch);
         if (!active) continue;
-        Out* dst = out + row * n;
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
-            const int at = (i * lanes + lane) * VEC;
-            if (at + VEC <= n) {
-                Vec<VEC, Out> p;
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) p.v[k] = convert<Out>(softmax_value<LOG>(v[i][k], m, s));
-                *reinterpret_cast<Vec<VEC, Out>*>(dst + at) = p;
-            } else {
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) {
-                    if (at + k < n) dst[at + k] = convert<Out>(softmax_value<LOG>(v[i][k], m, s));
-                }
-            }
-        }
+        store_row<VEC, ITEMS>(out + row * n, n, [&](int i, int k, int) {
+            return softmax_value<LOG>(v[i][k], m, s);
+        });
     }
 }
 
