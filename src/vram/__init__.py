@@ -82,6 +82,7 @@ from .memory import (
     set_per_process_memory_fraction,
     use_mem_pool,
 )
+from .ops import return_types
 from .ops._foreach import *  # noqa: F403 - PyTorch's vram._foreach_* ops
 from .ops._math import (  # noqa: A004 - torch's names (abs, pow, round) shadow builtins
     abs,
@@ -153,5 +154,27 @@ from .ops._promotion import (
     result_type,
     set_default_dtype,
 )
+from .ops._reductions import (  # noqa: A004 - torch's names (sum, max, all) shadow builtins
+    all,
+    amax,
+    amin,
+    aminmax,
+    any,
+    argmax,
+    argmin,
+    logsumexp,
+    max,
+    mean,
+    min,
+    norm,
+    prod,
+    std,
+    std_mean,
+    sum,
+    var,
+    var_mean,
+)
+from .ops._scan import cumprod, cumsum
+from .ops._softmax import log_softmax, softmax
 
 __version__ = "0.1.0"

@@ -864,6 +864,29 @@ _UNARY = (
     "relu",
 )
 _UNARY_ONLY = ("isnan", "isinf", "isfinite")  # no in-place form (the result is bool)
+# reductions, scans and row ops: ``t.sum(dim)``, ``t.max(dim)``, ``t.softmax(dim)``
+_REDUCTIONS = (
+    "sum",
+    "prod",
+    "mean",
+    "amax",
+    "amin",
+    "aminmax",
+    "max",
+    "min",
+    "argmax",
+    "argmin",
+    "var",
+    "std",
+    "norm",
+    "all",
+    "any",
+    "logsumexp",
+    "cumsum",
+    "cumprod",
+    "softmax",
+    "log_softmax",
+)
 # binary ops: ``t.mul(other)``, and ``t.mul_(other)`` in place
 _BINARY = (
     "mul",
@@ -920,7 +943,7 @@ def _forward(name: str, inplace: bool) -> Callable[..., Tensor]:
 for _name in _UNARY + _BINARY + _COMPARE:
     setattr(Tensor, _name, _forward(_name, False))
     setattr(Tensor, f"{_name}_", _forward(_name, True))
-for _name in _UNARY_ONLY:
+for _name in _UNARY_ONLY + _REDUCTIONS:
     setattr(Tensor, _name, _forward(_name, False))
 for _alias, _name in _ALIASES.items():
     setattr(Tensor, _alias, getattr(Tensor, _name))

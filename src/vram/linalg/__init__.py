@@ -17,6 +17,7 @@ library, as PyTorch's do: cuSOLVER picks the entry of largest |re| + |im| (LAPAC
 cuBLAS's batched LU the largest modulus |z| (measured against PyTorch on an H100).
 """
 
+from ..ops._reductions import vector_norm
 from ._checks import LinAlgError
 from ._dispatch import plan_lu, plan_solve
 from ._lu import LUFactor, LUFactorEx, lu_factor, lu_factor_ex
@@ -40,4 +41,5 @@ __all__ = [
     "slogdet",
     "plan_lu",
     "plan_solve",
+    "vector_norm",
 ]

@@ -1,4 +1,5 @@
-"""torch.nn's functional pieces that vram has: ``vram.nn.functional.linear``."""
+"""torch.nn's functional pieces that vram has: ``vram.nn.functional`` (linear, softmax,
+log_softmax, layer_norm)."""
 
 from . import functional
 

@@ -1,14 +1,27 @@
-"""torch.nn.functional: ``linear`` (with cuBLASLt's fused epilogues) and the activations."""
+"""torch.nn.functional: ``linear`` (with cuBLASLt's fused epilogues), the activations,
+``softmax``, ``log_softmax`` and ``layer_norm``."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from .._tensor import Tensor
 from ..blas import _checks, addmm, matmul
-from ..ops import _math
+from ..ops import _math, _softmax
+from ..ops._layer_norm import layer_norm
 
-__all__ = ["linear", "relu", "gelu", "silu", "sigmoid", "tanh"]
+__all__ = [
+    "linear",
+    "relu",
+    "gelu",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "softmax",
+    "log_softmax",
+    "layer_norm",
+]
 
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
@@ -63,3 +76,39 @@ def sigmoid(input: Tensor) -> Tensor:  # noqa: A002
 
 def tanh(input: Tensor) -> Tensor:  # noqa: A002
     return _activation("tanh", input, False)
+
+
+def _softmax_dim(name: str, ndim: int, stacklevel: int) -> int:
+    """PyTorch's implicit softmax dim (deprecated, with its warning): 0 for 0, 1 and 3 dims."""
+    warnings.warn(
+        f"Implicit dimension choice for {name} has been deprecated. Change the call to include "
+        "dim=X as an argument.",
+        UserWarning,
+        stacklevel=stacklevel,
+    )
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(
+    input: Tensor,  # noqa: A002
+    dim: int | None = None,
+    _stacklevel: int = 3,
+    dtype: Any = None,
+) -> Tensor:
+    """torch.nn.functional.softmax: one fused kernel per call (a row is read once where it
+    fits in registers); float16 and bfloat16 compute in float32."""
+    if dim is None and isinstance(input, Tensor):
+        dim = _softmax_dim("softmax", input.ndim, _stacklevel)
+    return _softmax.softmax(input, dim, dtype)
+
+
+def log_softmax(
+    input: Tensor,  # noqa: A002
+    dim: int | None = None,
+    _stacklevel: int = 3,
+    dtype: Any = None,
+) -> Tensor:
+    """torch.nn.functional.log_softmax: one fused kernel per call."""
+    if dim is None and isinstance(input, Tensor):
+        dim = _softmax_dim("log_softmax", input.ndim, _stacklevel)
+    return _softmax.log_softmax(input, dim, dtype)

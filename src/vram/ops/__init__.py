@@ -3,6 +3,7 @@ and the ops PyTorch users reach for first, with torch's names. ``vram.ops.FUNCTI
 every function this package gives the ``vram`` namespace.
 """
 
+from . import _layer_norm, _reductions, _scan, _softmax, return_types
 from ._math import FUNCTIONS, copy_, fill_
 from ._pointwise import PointwiseOp, PointwisePlan
 from ._promotion import can_cast, get_default_dtype, promote_types, result_type, set_default_dtype
@@ -17,5 +18,6 @@ __all__ = [
     "get_default_dtype",
     "promote_types",
     "result_type",
+    "return_types",
     "set_default_dtype",
 ]

@@ -1,0 +1,70 @@
+"""How the fused row kernels (softmax, log_softmax, layer_norm) lay threads over rows.
+
+A row of ``n`` elements is held in registers when it fits: each of the row's ``threads``
+keeps ``items`` vectors of ``vec`` elements, so the row is read once and written once.
+- A row of up to 32 threads' worth (``_WARP_ELEMENTS`` per thread) is one warp or part of
+  one: no shared memory, no barrier; small blocks (``_SMALL_BLOCK`` threads) of several rows.
+- A longer row takes several warps (up to 1024 threads, ``_BLOCK_ELEMENTS`` each, fewer per
+  thread so that a 1024-thread block fits the register file).
+- A row longer than that goes ``online``: a block per row reads it twice (one pass for the
+  row's statistics, one to write).
+``vec`` is 16 bytes of the wider of the input and output types when the row length allows
+it; a call whose pointers are not 16-byte aligned takes the same layout with ``vec`` 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._reduce import next_pow2
+
+__all__ = ["RowLayout", "row_layout"]
+
+_WARP_ELEMENTS = 32  # float elements a thread of a warp-wide row keeps in registers
+_BLOCK_ELEMENTS = 16  # and of a block-wide row
+_SMALL_BLOCK = 128  # threads of a block of warp-wide rows (the kernels' THREADS)
+_BLOCK = 1024  # threads of a block of block-wide rows
+_ONLINE_THREADS = 1024  # threads of an online row's block
+
+
+@dataclass(frozen=True, slots=True)
+class RowLayout:
+    """The launch of a row kernel: ``online`` or in registers (``items`` vectors of ``vec``
+    elements a thread), ``threads`` per row, ``rows`` per block, ``bound`` the kernel's
+    __launch_bounds__, ``grid`` blocks."""
+
+    online: bool
+    vec: int
+    items: int
+    threads: int
+    rows: int
+    bound: int
+    grid: int
+
+
+def row_layout(n: int, rows: int, itemsize: int, compute_size: int, sms: int) -> RowLayout:
+    """The layout for ``rows`` rows of ``n`` elements (``itemsize``: the wider of the input
+    and output element sizes; ``compute_size``: of the compute type)."""
+    vec = 16 // itemsize if n % (16 // itemsize) == 0 else 1
+    per_warp = _WARP_ELEMENTS * 4 // compute_size  # half as many doubles
+    per_block = _BLOCK_ELEMENTS * 4 // compute_size
+    vectors = max(1, -(-n // vec))
+    if n <= 32 * per_warp:
+        threads = min(32, next_pow2(vectors))
+        items = next_pow2(-(-vectors // threads))
+        bound = _SMALL_BLOCK
+        per_block_rows = _SMALL_BLOCK // threads
+    elif n <= _BLOCK * per_block:
+        threads = min(_BLOCK, max(64, next_pow2(-(-vectors // max(1, per_block // vec)))))
+        items = next_pow2(-(-vectors // threads))
+        bound = _BLOCK
+        per_block_rows = max(1, 256 // threads)
+    else:
+        blocks = max(1, min(rows, sms * 2))
+        return RowLayout(True, vec, 1, _ONLINE_THREADS, 1, _ONLINE_THREADS, blocks)
+    # rows per block: fewer for few rows, so that more blocks share them
+    by = max(1, min(per_block_rows, next_pow2(-(-rows // sms))))
+    by = max(by, 32 // threads)
+    resident = sms * (2048 // (threads * by))
+    grid = max(1, min(-(-rows // by), resident * 8))
+    return RowLayout(False, vec, items, threads, by, bound, grid)

@@ -1,0 +1,112 @@
+// layer_norm (PyTorch's layer_norm_kernel.cu) over the rows of a contiguous [rows, n] tensor:
+// y = (x - mean) * rstd * weight + bias with rstd = rsqrt(var + eps), var the biased
+// variance, computed in C (float for __half and __nv_bfloat16). weight and bias (of type W:
+// the input's, or float for a half or bfloat16 input) may be null.
+//
+// - layer_norm_rows: blockDim.x threads per row, blockDim.y rows per block; each thread keeps
+//   ITEMS vectors of VEC elements of its row in registers: one read (the mean, then the sum
+//   of squared deviations from it, both in registers), one write.
+// - layer_norm_online (rows longer than registers hold): one row per block, Welford's mean
+//   and sum of squares in one pass, a second pass writes.
+
+namespace vram {
+
+template <typename C> struct Moments {
+    C mean;
+    C m2;
+    long long n;
+};
+
+template <typename C> __device__ inline Moments<C> merge_moments(Moments<C> a, Moments<C> b) {
+    if (a.n == 0) return b;
+    if (b.n == 0) return a;
+    const long long n = a.n + b.n;
+    const C wb = C(b.n) / C(n);
+    const C delta = b.mean - a.mean;
+    return Moments<C>{a.mean + delta * wb, a.m2 + b.m2 + delta * delta * C(a.n) * wb, n};
+}
+
+template <typename C, typename W>
+__device__ inline C affine(C x, const W* __restrict__ weight, const W* __restrict__ bias,
+                           long long at) {
+    if (weight != nullptr) x *= convert<C>(weight[at]);
+    if (bias != nullptr) x += convert<C>(bias[at]);
+    return x;
+}
+
+template <typename In, typename W, typename C, int VEC, int ITEMS, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+    layer_norm_rows(const In* __restrict__ in, In* __restrict__ out, const W* __restrict__ weight,
+                    const W* __restrict__ bias, long long rows, int n, C eps) {
+    __shared__ C scratch[kMaxWarps];
+    auto sum_of = [](C a, C b) { return a + b; };
+    for (long long first = static_cast<long long>(blockIdx.x) * blockDim.y; first < rows;
+         first += static_cast<long long>(gridDim.x) * blockDim.y) {
+        const long long row = first + threadIdx.y;
+        const bool active = row < rows;
+        C v[ITEMS][VEC];
+        load_row(v, in + (active ? row : 0) * n, n, active, C(0));
+        C s = C(0);
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) s += v[i][k];
+        }
+        const C mean = group_allreduce(s, sum_of, scratch) / C(n);
+        C q = C(0);
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) {
+                const C d = v[i][k] - mean;
+                if (row_at<VEC>(i) + k < n) q += d * d;
+            }
+        }
+        const C rstd = m_rsqrt(group_allreduce(q, sum_of, scratch) / C(n) + eps);
+        if (!active) continue;
+        store_row<VEC, ITEMS>(out + row * n, n, [&](int i, int k, int at) {
+            return affine((v[i][k] - mean) * rstd, weight, bias, at);
+        });
+    }
+}
+
+// One row per block; n a multiple of VEC.
+template <typename In, typename W, typename C, int VEC>
+__global__ void __launch_bounds__(1024)
+    layer_norm_online(const In* __restrict__ in, In* __restrict__ out,
+                      const W* __restrict__ weight, const W* __restrict__ bias, long long rows,
+                      long long n, C eps) {
+    __shared__ Moments<C> scratch[kMaxWarps];
+    const long long step = static_cast<long long>(blockDim.x) * VEC;
+    auto merge_of = [](const Moments<C>& a, const Moments<C>& b) { return merge_moments(a, b); };
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const In* src = in + row * n;
+        In* dst = out + row * n;
+        Moments<C> acc{C(0), C(0), 0};
+        for (long long at = static_cast<long long>(threadIdx.x) * VEC; at < n; at += step) {
+            const Vec<VEC, In> p = load_vec<VEC>(src + at);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) {
+                const C x = convert<C>(p.v[k]);
+                acc.n += 1;
+                const C delta = x - acc.mean;
+                acc.mean += delta / C(acc.n);
+                acc.m2 += delta * (x - acc.mean);
+            }
+        }
+        acc = group_allreduce(acc, merge_of, scratch);
+        const C rstd = m_rsqrt(acc.m2 / C(n) + eps);
+        for (long long at = static_cast<long long>(threadIdx.x) * VEC; at < n; at += step) {
+            const Vec<VEC, In> p = load_vec<VEC>(src + at);
+            Vec<VEC, In> q;
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) {
+                const C x = convert<C>(p.v[k]);
+                q.v[k] = convert<In>(affine((x - acc.mean) * rstd, weight, bias, at + k));
+            }
+            *reinterpret_cast<Vec<VEC, In>*>(dst + at) = q;
+        }
+    }
+}
+
+}  // namespace vram
