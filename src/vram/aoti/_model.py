@@ -36,7 +36,7 @@ from .._interop import from_dlpack
 from .._streams import current_stream
 from .._tensor import Tensor
 from ..driver import cuda_usable, load_cuda_runtime
-from ..memory import set_label
+from ..memory import Allocation, set_label
 from ._elf import dynamic_symbols
 from ._package import extract_model
 from ._shim import DTYPE_CODES, Shim, bound_kind, shim
@@ -126,6 +126,7 @@ class Model:
         self._run = run
         self._lock = threading.Lock()
         self._ran = False
+        self._borrowers: weakref.WeakSet = weakref.WeakSet()  # outputs viewing constants
         container = c_void_p()
         where = b"cpu" if device.type == "cpu" else f"cuda:{device.index}".encode()
         kernels = str(cubin_dir).encode() if cubin_dir is not None else None
@@ -297,7 +298,11 @@ class Model:
                     shim_.delete(handle)
                 raise RuntimeError(f"vram.aoti: running {self.name} failed: {message}")
             self._ran = True
-        return shim_.adopt(made, keep=(self, inputs))
+            outputs_ = shim_.adopt(made, keep=(self, inputs))
+            for t in outputs_:
+                if not isinstance(t._storage.owner, Allocation):
+                    self._borrowers.add(t._storage.owner)
+        return outputs_
 
     def _input(self, i: int, t: Any) -> Tensor:
         tensor = t if isinstance(t, Tensor) else from_dlpack(t)
@@ -310,8 +315,14 @@ class Model:
         return tensor
 
     def close(self) -> None:
-        """Delete the model's container now (its constants go); later calls raise."""
+        """Delete the model's container now (its constants go); later calls raise.
+        RuntimeError while outputs that view its constants (or inputs) are alive."""
         with self._lock:
+            if len(self._borrowers):
+                raise RuntimeError(
+                    f"vram.aoti: {self.name} cannot close while {len(self._borrowers)} of its "
+                    "outputs view memory it owns (its constants); drop them first"
+                )
             if self._container is not None:
                 self._finalizer()
                 self._container = None

@@ -26,6 +26,7 @@ import os
 import sys
 import threading
 import warnings
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from ctypes import CFUNCTYPE, POINTER, byref, c_char_p, c_double, c_int32, c_int64, c_void_p
@@ -136,7 +137,7 @@ _PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "vram_aoti_describe": (c_int32, [_HANDLE, _DESC]),
     "vram_aoti_take_storage": (
         c_int32,
-        [_HANDLE, POINTER(c_void_p), POINTER(c_int64), POINTER(c_void_p)],
+        [_HANDLE, c_int64, POINTER(c_void_p), POINTER(c_int64), POINTER(c_void_p)],
     ),
     "vram_aoti_live_objects": (c_int64, [c_int32]),
     "vram_aoti_run": (
@@ -274,10 +275,12 @@ class Shim:
                     raise RuntimeError(f"vram.aoti: an output: {self.error()}")
                 descs.append(_Desc.of(desc))
             extents = _extents(descs)
+            views = Counter(desc.storage_id for desc in descs)
             storages: dict[int, Storage] = {}
             for handle, desc in zip(handles, descs, strict=True):
                 if desc.storage_id not in storages:
-                    storage, kept = self._storage(handle, desc, extents, keep)
+                    storage, kept = self._storage(handle, desc, extents[desc.storage_id],
+                                                  views[desc.storage_id], keep)  # fmt: skip
                     storages[desc.storage_id] = storage
                     if kept:
                         owners[handle] = storage.owner
@@ -288,11 +291,15 @@ class Shim:
                     self.delete(handle)
 
     def _storage(
-        self, handle: int, desc: _Desc, extents: dict[int, int], keep: object
+        self, handle: int, desc: _Desc, extent: int, views: int, keep: object
     ) -> tuple[Storage, bool]:
+        """The Storage of an output's memory: its own (an Allocation) when nothing but the
+        ``views`` outputs views it, else borrowed through its handle, kept with ``keep``."""
         device = self.device(desc.device_type, desc.device_index)
         data, nbytes, stream = c_void_p(), c_int64(), c_void_p()
-        taken = self.lib.vram_aoti_take_storage(handle, byref(data), byref(nbytes), byref(stream))
+        taken = self.lib.vram_aoti_take_storage(
+            handle, views, byref(data), byref(nbytes), byref(stream)
+        )
         if taken < 0:
             raise RuntimeError(f"vram.aoti: an output: {self.error()}")
         ptr = data.value or 0
@@ -305,7 +312,7 @@ class Shim:
                 allocator_for(device),
             )
             return Storage(device, ptr, nbytes.value, owner), False
-        size = max(nbytes.value, extents[desc.storage_id])
+        size = max(nbytes.value, extent)
         kept = _HandleOwner(self.lib, handle, keep)
         if device.type == "cpu":
             return Storage(device, ptr, size, kept, host_bytes(ptr, size, kept)), True
@@ -527,7 +534,7 @@ def _host_gemm(
 class _HandleOwner:
     """Keeps a handle (and ``keep``) alive for a tensor whose memory vram does not own."""
 
-    __slots__ = ("lib", "handle", "keep")
+    __slots__ = ("lib", "handle", "keep", "__weakref__")
 
     def __init__(self, lib: ctypes.CDLL, handle: int, keep: object) -> None:
         self.lib = lib

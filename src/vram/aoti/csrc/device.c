@@ -370,8 +370,8 @@ VRAM_EXPORT AOTITorchError aoti_torch_cuda_caching_allocator_raw_alloc(uint64_t 
     *ret = vram_cb.raw_alloc((size_t)nbytes, device, stream);
     if (*ret == NULL) {
         return vram_fail("%s: vram's caching allocator could not allocate %llu bytes on device "
-                         "%d (out of memory?)",
-                         what, (unsigned long long)nbytes, device);
+                         "%d (%s)",
+                         what, (unsigned long long)nbytes, device, vram_aoti_last_error());
     }
     return AOTI_TORCH_SUCCESS;
 }

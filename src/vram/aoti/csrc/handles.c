@@ -224,7 +224,7 @@ vram_storage *vram_allocate_storage(int64_t nbytes, int32_t device_type, int32_t
     if (storage->data == NULL) {
         free(storage);
         vram_fail("%s: vram's caching allocator could not allocate %lld bytes on device %d "
-                  "(out of memory?)",
+                  "(a RuntimeWarning says why)",
                   what, (long long)nbytes, device_index);
         return NULL;
     }
@@ -358,18 +358,20 @@ VRAM_EXPORT int32_t vram_aoti_describe(void *handle, vram_tensor_desc *desc) {
 }
 
 /* Hand the memory of a tensor's storage to the caller: 1 when it came from vram's allocator
- * (from now on the caller frees it; the storage only borrows it), 0 when it is not this
- * library's to give (borrowed, host or empty: the caller keeps the handle instead), -1 for
- * a bad handle. */
-VRAM_EXPORT int32_t vram_aoti_take_storage(void *handle, void **data, int64_t *nbytes,
-                                           void **stream) {
+ * and exactly `views` tensors view it (the caller's handles: from now on the caller frees
+ * the memory and the storage only borrows it), 0 when it is not this library's to give
+ * (borrowed, host or empty memory, or memory other tensors still view: the caller keeps a
+ * handle instead), -1 for a bad handle. */
+VRAM_EXPORT int32_t vram_aoti_take_storage(void *handle, int64_t views, void **data,
+                                           int64_t *nbytes, void **stream) {
     vram_tensor *tensor = vram_defined_tensor(handle, "vram_aoti_take_storage");
     if (tensor == NULL) {
         return -1;
     }
     pthread_mutex_lock(&lock);
     vram_storage *storage = tensor->storage;
-    int32_t taken = storage->origin == FROM_ALLOCATOR && storage->data != NULL;
+    int32_t taken = storage->origin == FROM_ALLOCATOR && storage->data != NULL &&
+                    __atomic_load_n(&storage->refs, __ATOMIC_ACQUIRE) == views;
     if (taken) {
         storage->origin = BORROWED;
     }
