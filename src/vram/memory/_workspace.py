@@ -108,4 +108,3 @@ def workspace_stats(device: Device) -> dict[str, int]:
     stat = _stats.get(allocator_for(device)) or Stat()
     fields = ("current", "peak", "allocated", "freed")
     return {f"workspace_bytes.all.{f}": v for f, v in zip(fields, stat.fields(), strict=True)}
-
