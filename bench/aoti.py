@@ -27,6 +27,8 @@ is <= 0.5), and the device mallocs per warm run of vram eager beside the no-cach
     python bench/aoti.py --models DIR [--reps 50] [--out DIR] [--save]
 
 ``DIR`` holds aoti_export.py's output (it is run into DIR first where DIR has no manifest).
+``--worker vram --device sim:0`` runs vram's part alone on the simulated GPU (a check of the
+script: sim timings mean nothing).
 """
 
 from __future__ import annotations
@@ -97,13 +99,16 @@ def measure(package: str, impl: str, run: Callable[[], object], model, device, r
     return row
 
 
-def vram_rows(folder: Path, entries: list[dict], reps: int, graph: bool, impl: str) -> list[dict]:
+def vram_rows(
+    folder: Path, entries: list[dict], reps: int, graph: bool, impl: str, device: str = "cuda:0"
+) -> list[dict]:
     import numpy as np
 
     import vram
     import vram.aoti
 
-    device = vram.Device("cuda", 0)
+    device = vram.device(device)
+    vram.set_device(device)
     rows = []
     for entry in entries:
         vram.memory.empty_cache(device)
@@ -160,9 +165,8 @@ def worker(options) -> int:
         rows = torch_rows(folder, entries, options.reps)
     else:
         no_caching = options.worker == "vram-no-caching"
-        rows = vram_rows(
-            folder, entries, options.reps, not no_caching, NO_CACHING if no_caching else EAGER
-        )
+        impl = NO_CACHING if no_caching else EAGER
+        rows = vram_rows(folder, entries, options.reps, not no_caching, impl, options.device)
     print(json.dumps(rows), flush=True)
     return 0
 
@@ -203,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=Path, required=True, help="aoti_export.py's folder")
     parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--device", default="cuda:0", help="vram's device (sim:0: a check)")
     parser.add_argument(
         "--worker", choices=("vram", "vram-no-caching", "torch"), help=argparse.SUPPRESS
     )
