@@ -17,6 +17,10 @@ import vram
 MEMORY = vram.Device("sim", 0)
 
 
+class Complex64(ctypes.Structure):  # c10::complex<float>
+    _fields_ = [("re", ctypes.c_float), ("im", ctypes.c_float)]
+
+
 def allocated() -> int:
     return vram.memory.memory_allocated(MEMORY)
 
@@ -124,7 +128,20 @@ def test_copy_zero_clone_item_and_scalars(shims):
     device_type = c_int32()
     assert shims.aoti_torch_get_device_type(scalar, byref(device_type)) == 0
     assert device_type.value == CPU and shims.read(scalar.value) == 2.5
-    shims.delete(src, column, dst, clone.value, kept.value, one, scalar.value)
+    complex_value, back = Complex64(1.5, -2.0), Complex64()
+    make, read = (
+        shims.lib.aoti_torch_scalar_to_tensor_complex64,
+        shims.lib.aoti_torch_item_complex64,
+    )
+    make.argtypes, read.argtypes = (
+        [Complex64, ctypes.POINTER(c_void_p)],
+        [c_void_p, ctypes.c_void_p],
+    )
+    complex_scalar = c_void_p()
+    assert make(complex_value, byref(complex_scalar)) == 0, shims.error()
+    assert read(complex_scalar, ctypes.addressof(back)) == 0, shims.error()
+    assert (back.re, back.im) == (1.5, -2.0)
+    shims.delete(src, column, dst, clone.value, kept.value, one, scalar.value, complex_scalar.value)
 
 
 # ----------------------------------------------------------------------- GEMMs against NumPy
@@ -174,6 +191,17 @@ def test_addmm_out_in_place_over_its_bias(shims):
     assert shims.aoti_torch_cuda_addmm_out(acc, acc, a, b, 1.0, 1.0) == 0, shims.error()
     _check(shims, acc, accn + an @ bn, F32)
     shims.delete(acc, a, b)
+
+
+def test_mm_plus_mm_out_matches_numpy(shims):
+    rng = np.random.default_rng(2)
+    handles, (an, bn, cn, dn) = _operands(shims, rng, F32, (3, 4), (4, 5), (3, 2), (2, 5))
+    out = shims.empty((3, 5))
+    mm_plus_mm = shims.lib.aoti_torch__mm_plus_mm_out
+    mm_plus_mm.argtypes = [c_void_p] * 5
+    assert mm_plus_mm(out, *handles) == 0, shims.error()
+    _check(shims, out, an @ bn + cn @ dn, F32)
+    shims.delete(out, *handles)
 
 
 def test_cpu_mm_out_runs_on_host_memory(shims):

@@ -39,6 +39,8 @@ VRAM_EXPORT int32_t aoti_torch_dtype_float8_e4m3fnuz(void) { return DTYPE_FLOAT8
 VRAM_EXPORT int32_t aoti_torch_dtype_uint16(void) { return DTYPE_UINT16; }
 VRAM_EXPORT int32_t aoti_torch_dtype_uint32(void) { return DTYPE_UINT32; }
 VRAM_EXPORT int32_t aoti_torch_dtype_uint64(void) { return DTYPE_UINT64; }
+VRAM_EXPORT int32_t aoti_torch_dtype_float8_e8m0fnu(void) { return DTYPE_FLOAT8_E8M0FNU; }
+VRAM_EXPORT int32_t aoti_torch_dtype_float4_e2m1fn_x2(void) { return DTYPE_FLOAT4_E2M1FN_X2; }
 
 VRAM_EXPORT int32_t aoti_torch_layout_strided(void) { return 0; }
 VRAM_EXPORT int32_t aoti_torch_layout_sparse_coo(void) { return 1; }
@@ -63,6 +65,8 @@ int64_t vram_element_size(int32_t dtype) {
         case DTYPE_FLOAT8_E4M3FN:
         case DTYPE_FLOAT8_E5M2FNUZ:
         case DTYPE_FLOAT8_E4M3FNUZ:
+        case DTYPE_FLOAT8_E8M0FNU:
+        case DTYPE_FLOAT4_E2M1FN_X2:
             return 1;
         case DTYPE_INT16:
         case DTYPE_FLOAT16:

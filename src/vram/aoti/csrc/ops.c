@@ -207,6 +207,21 @@ SCALAR_SHIMS(int32, int32_t, DTYPE_INT32)
 SCALAR_SHIMS(int64, int64_t, DTYPE_INT64)
 SCALAR_SHIMS(bool, bool, DTYPE_BOOL)
 
+/* c10::complex<T>: two Ts, as this struct (passed by value in the same registers) */
+typedef struct {
+    float re, im;
+} __attribute__((aligned(8))) complex64;
+typedef struct {
+    double re, im;
+} __attribute__((aligned(16))) complex128;
+
+SCALAR_SHIMS(complex64, complex64, DTYPE_COMPLEX64)
+
+VRAM_EXPORT AOTITorchError aoti_torch_scalar_to_tensor_complex128(complex128 value,
+                                                                  AtenTensorHandleOut ret) {
+    return scalar(&value, DTYPE_COMPLEX128, ret, "aoti_torch_scalar_to_tensor_complex128");
+}
+
 /* c10::Half and c10::BFloat16 are 16-bit structs: their bits travel as uint16_t. */
 VRAM_EXPORT AOTITorchError aoti_torch_item_float16(void *tensor, uint16_t *ret_value) {
     return item(tensor, ret_value, DTYPE_FLOAT16, "aoti_torch_item_float16");
@@ -373,6 +388,17 @@ static AOTITorchError run_gemm(const gemm_args *call, void *out_h, void *a_h, vo
         gemm_args call = {#prefix "baddbmm_out", GEMM_BADDBMM, device, 3, BADDBMM_NAMES};   \
         return run_gemm(&call, out, batch1, batch2, self, beta, alpha);                     \
     }
+
+/* out = a @ b + c @ d (Inductor's _mm_plus_mm), as two GEMMs on out's device */
+VRAM_EXPORT AOTITorchError aoti_torch__mm_plus_mm_out(void *out, void *a, void *b, void *c,
+                                                     void *d) {
+    gemm_args first = {"aoti_torch__mm_plus_mm_out", GEMM_MM, -1, 2, {"out", "a", "b", "-"}};
+    gemm_args second = {"aoti_torch__mm_plus_mm_out", GEMM_ADDMM, -1, 2, {"out", "c", "d", "out"}};
+    if (run_gemm(&first, out, a, b, NULL, 0.0, 1.0) != AOTI_TORCH_SUCCESS) {
+        return AOTI_TORCH_FAILURE;
+    }
+    return run_gemm(&second, out, c, d, out, 1.0, 1.0);
+}
 
 GEMM_SHIMS(aoti_torch_cuda_, DEVICE_CUDA)
 GEMM_SHIMS(aoti_torch_cpu_, DEVICE_CPU)

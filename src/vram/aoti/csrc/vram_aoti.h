@@ -55,6 +55,8 @@ typedef void **AtenTensorHandleOut; /* where a shim writes a new handle */
 #define DTYPE_UINT16 27
 #define DTYPE_UINT32 28
 #define DTYPE_UINT64 29
+#define DTYPE_FLOAT8_E8M0FNU 44
+#define DTYPE_FLOAT4_E2M1FN_X2 45 /* two 4-bit values a byte */
 
 #define MAX_DEVICES 64 /* device indices a thread's current stream is kept for */
 #define INLINE_DIMS 6  /* dimensions a tensor keeps without a heap allocation */
