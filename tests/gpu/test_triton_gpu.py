@@ -20,6 +20,7 @@ def run_check(*arguments: str) -> dict:
         [sys.executable, str(CHECK), *arguments], capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-6000:]
+    print(f"triton_check {' '.join(arguments)}: {result.stdout.splitlines()[-1]}")  # for -s logs
     return json.loads(result.stdout.splitlines()[-1])
 
 
@@ -35,4 +36,3 @@ def test_a_triton_kernel_runs_on_vram_where_triton_may_import_torch():
     pytest.importorskip("triton")
     report = run_check()
     assert report["side_stream"] == report["graph_replay"] == "ok"
-    print(f"Triton {report['triton']} imported: {report['torch_modules_imported'] or 'no torch'}")

@@ -143,5 +143,7 @@ def use_vram() -> VramCudaDriver:
         if _driver is None:
             _driver = VramCudaDriver()
     triton.runtime.driver.set_active(_driver)
-    triton.set_allocator(allocate)
+    set_allocator = getattr(triton, "set_allocator", None)  # Triton 3.2 on
+    if set_allocator is not None:
+        set_allocator(allocate)
     return _driver
