@@ -203,33 +203,22 @@ static AOTITorchError set_guard_index(void *handle, int32_t device_index, int32_
     return AOTI_TORCH_SUCCESS;
 }
 
-VRAM_EXPORT AOTITorchError aoti_torch_create_cuda_guard(int32_t device_index, void **ret) {
-    return make_device_guard(device_index, ret, KIND_DEVICE_GUARD,
-                             "aoti_torch_create_cuda_guard");
-}
+/* the CUDA guard and the device-generic one are the same guard */
+#define GUARD_SHIMS(create, remove, set_index)                                              \
+    VRAM_EXPORT AOTITorchError create(int32_t device_index, void **ret) {                    \
+        return make_device_guard(device_index, ret, KIND_DEVICE_GUARD, #create);              \
+    }                                                                                        \
+    VRAM_EXPORT AOTITorchError remove(void *guard) {                                         \
+        return delete_device_guard(guard, KIND_DEVICE_GUARD, #remove);                       \
+    }                                                                                        \
+    VRAM_EXPORT AOTITorchError set_index(void *guard, int32_t device_index) {               \
+        return set_guard_index(guard, device_index, KIND_DEVICE_GUARD, #set_index);         \
+    }
 
-VRAM_EXPORT AOTITorchError aoti_torch_delete_cuda_guard(void *guard) {
-    return delete_device_guard(guard, KIND_DEVICE_GUARD, "aoti_torch_delete_cuda_guard");
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_cuda_guard_set_index(void *guard, int32_t device_index) {
-    return set_guard_index(guard, device_index, KIND_DEVICE_GUARD,
-                           "aoti_torch_cuda_guard_set_index");
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_create_device_guard(int32_t device_index, void **ret) {
-    return make_device_guard(device_index, ret, KIND_DEVICE_GUARD,
-                             "aoti_torch_create_device_guard");
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_delete_device_guard(void *guard) {
-    return delete_device_guard(guard, KIND_DEVICE_GUARD, "aoti_torch_delete_device_guard");
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_device_guard_set_index(void *guard, int32_t device_index) {
-    return set_guard_index(guard, device_index, KIND_DEVICE_GUARD,
-                           "aoti_torch_device_guard_set_index");
-}
+GUARD_SHIMS(aoti_torch_create_cuda_guard, aoti_torch_delete_cuda_guard,
+            aoti_torch_cuda_guard_set_index)
+GUARD_SHIMS(aoti_torch_create_device_guard, aoti_torch_delete_device_guard,
+            aoti_torch_device_guard_set_index)
 
 /* ---- the current stream ------------------------------------------------------------------ */
 static _Thread_local void *guarded_stream[MAX_DEVICES];

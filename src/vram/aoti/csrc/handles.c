@@ -157,10 +157,6 @@ static void release_storage(vram_storage *storage) {
     free(storage);
 }
 
-void vram_drop_storage(vram_storage *storage) {
-    release_storage(storage);
-}
-
 static void retain(vram_storage *storage) {
     __atomic_add_fetch(&storage->refs, 1, __ATOMIC_RELAXED);
 }
@@ -318,6 +314,15 @@ vram_tensor *vram_new_tensor(vram_storage *storage, int64_t ndim, const int64_t 
     }
     if (storage != NULL) {
         retain(storage);
+    }
+    return tensor;
+}
+
+vram_tensor *vram_new_owner(vram_storage *storage, int64_t ndim, const int64_t *sizes,
+                            const int64_t *strides, int64_t offset, int32_t dtype) {
+    vram_tensor *tensor = vram_new_tensor(storage, ndim, sizes, strides, offset, dtype);
+    if (tensor == NULL) {
+        release_storage(storage); /* no tensor took it */
     }
     return tensor;
 }

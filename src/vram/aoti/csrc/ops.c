@@ -71,6 +71,14 @@ VRAM_EXPORT AOTITorchError aoti_torch_zero_(void *self) {
     return vram_cb.zero(&desc, stream) == 0 ? AOTI_TORCH_SUCCESS : AOTI_TORCH_FAILURE;
 }
 
+/* Delete a half-made result, keeping the message of what failed. */
+static AOTITorchError discard(void *made) {
+    char message[512];
+    snprintf(message, sizeof message, "%s", vram_aoti_last_error());
+    (void)aoti_torch_delete_tensor_object(made);
+    return vram_fail("%s", message);
+}
+
 VRAM_EXPORT AOTITorchError aoti_torch_clone(void *self, AtenTensorHandleOut ret) {
     vram_tensor *tensor = vram_defined_tensor(self, "aoti_torch_clone");
     if (tensor == NULL) {
@@ -86,11 +94,7 @@ VRAM_EXPORT AOTITorchError aoti_torch_clone(void *self, AtenTensorHandleOut ret)
         return AOTI_TORCH_FAILURE;
     }
     if (aoti_torch_copy_(made, self, 0) != AOTI_TORCH_SUCCESS) {
-        char message[512];
-        strncpy(message, vram_aoti_last_error(), sizeof message - 1);
-        message[sizeof message - 1] = '\0';
-        (void)aoti_torch_delete_tensor_object(made);
-        return vram_fail("%s", message);
+        return discard(made);
     }
     *ret = made;
     return AOTI_TORCH_SUCCESS;
@@ -115,9 +119,8 @@ VRAM_EXPORT AOTITorchError aoti_torch_clone_preserve_strides(void *self, AtenTen
         return AOTI_TORCH_FAILURE;
     }
     vram_tensor *made =
-        vram_new_tensor(storage, tensor->ndim, tensor->sizes, tensor->strides, 0, tensor->dtype);
+        vram_new_owner(storage, tensor->ndim, tensor->sizes, tensor->strides, 0, tensor->dtype);
     if (made == NULL) {
-        vram_drop_storage(storage);
         return AOTI_TORCH_FAILURE;
     }
     if (span > 0) {
@@ -129,11 +132,7 @@ VRAM_EXPORT AOTITorchError aoti_torch_clone_preserve_strides(void *self, AtenTen
         dst.sizes = src.sizes = &span;
         dst.strides = src.strides = &one;
         if (copy_desc(&dst, &src, tensor, what) != AOTI_TORCH_SUCCESS) {
-            char message[512];
-            strncpy(message, vram_aoti_last_error(), sizeof message - 1);
-            message[sizeof message - 1] = '\0';
-            (void)aoti_torch_delete_tensor_object(made);
-            return vram_fail("%s", message);
+            return discard(made);
         }
     }
     *ret = made;
@@ -177,9 +176,8 @@ static AOTITorchError scalar(const void *value, int32_t dtype, AtenTensorHandleO
         return AOTI_TORCH_FAILURE;
     }
     memcpy(storage->data, value, (size_t)itemsize);
-    vram_tensor *tensor = vram_new_tensor(storage, 0, NULL, NULL, 0, dtype);
+    vram_tensor *tensor = vram_new_owner(storage, 0, NULL, NULL, 0, dtype);
     if (tensor == NULL) {
-        vram_drop_storage(storage);
         return AOTI_TORCH_FAILURE;
     }
     *ret = tensor;

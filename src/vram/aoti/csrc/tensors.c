@@ -161,13 +161,7 @@ VRAM_EXPORT AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t 
     if (storage == NULL) {
         return AOTI_TORCH_FAILURE;
     }
-    vram_tensor *tensor = vram_new_tensor(storage, ndim, sizes_ptr, strides_ptr, 0, dtype);
-    if (tensor == NULL) {
-        vram_drop_storage(storage);
-        return AOTI_TORCH_FAILURE;
-    }
-    *ret = tensor;
-    return AOTI_TORCH_SUCCESS;
+    return finish(vram_new_owner(storage, ndim, sizes_ptr, strides_ptr, 0, dtype), ret);
 }
 
 VRAM_EXPORT AOTITorchError aoti_torch_create_tensor_from_blob_v2(
@@ -203,14 +197,8 @@ VRAM_EXPORT AOTITorchError aoti_torch_create_tensor_from_blob_v2(
     if (storage == NULL) {
         return AOTI_TORCH_FAILURE;
     }
-    vram_tensor *tensor =
-        vram_new_tensor(storage, ndim, sizes_ptr, strides_ptr, storage_offset, dtype);
-    if (tensor == NULL) {
-        vram_drop_storage(storage);
-        return AOTI_TORCH_FAILURE;
-    }
-    *ret = tensor;
-    return AOTI_TORCH_SUCCESS;
+    return finish(vram_new_owner(storage, ndim, sizes_ptr, strides_ptr, storage_offset, dtype),
+                  ret);
 }
 
 VRAM_EXPORT AOTITorchError aoti_torch_create_tensor_from_blob(
@@ -290,76 +278,34 @@ static void *data_pointer(const vram_tensor *tensor) {
     return base == NULL ? NULL : base + tensor->offset * vram_element_size(tensor->dtype);
 }
 
-VRAM_EXPORT AOTITorchError aoti_torch_get_data_ptr(void *handle, void **ret) {
-    vram_tensor *tensor = vram_defined_tensor(handle, "aoti_torch_get_data_ptr");
-    if (tensor == NULL || out_arg(ret, "aoti_torch_get_data_ptr")) {
-        return AOTI_TORCH_FAILURE;
+/* A getter: the live (DEFINED: and defined) tensor behind `handle`, then *ret = VALUE. */
+#define GETTER(name, type, lookup, value)                                                  \
+    VRAM_EXPORT AOTITorchError aoti_torch_##name(void *handle, type *ret) {                 \
+        vram_tensor *tensor = lookup(handle, "aoti_torch_" #name);                          \
+        if (tensor == NULL || out_arg(ret, "aoti_torch_" #name)) {                          \
+            return AOTI_TORCH_FAILURE;                                                      \
+        }                                                                                   \
+        *ret = (value);                                                                     \
+        return AOTI_TORCH_SUCCESS;                                                          \
     }
-    *ret = data_pointer(tensor);
-    return AOTI_TORCH_SUCCESS;
-}
 
-VRAM_EXPORT AOTITorchError aoti_torch_get_mutable_data_ptr(void *handle, void **ret) {
-    return aoti_torch_get_data_ptr(handle, ret);
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_get_const_data_ptr(void *handle, const void **ret) {
-    return aoti_torch_get_data_ptr(handle, (void **)ret);
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_get_storage_size(void *handle, int64_t *ret) {
-    vram_tensor *tensor = vram_defined_tensor(handle, "aoti_torch_get_storage_size");
-    if (tensor == NULL || out_arg(ret, "aoti_torch_get_storage_size")) {
-        return AOTI_TORCH_FAILURE;
-    }
-    *ret = tensor->storage->nbytes;
-    return AOTI_TORCH_SUCCESS;
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_get_storage_numel(void *handle, int64_t *ret) {
-    vram_tensor *tensor = vram_defined_tensor(handle, "aoti_torch_get_storage_numel");
-    if (tensor == NULL || out_arg(ret, "aoti_torch_get_storage_numel")) {
-        return AOTI_TORCH_FAILURE;
-    }
-    *ret = tensor->storage->nbytes / vram_element_size(tensor->dtype);
-    return AOTI_TORCH_SUCCESS;
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_get_dim(void *handle, int64_t *ret) {
-    vram_tensor *tensor = vram_tensor_of(handle, "aoti_torch_get_dim");
-    if (tensor == NULL || out_arg(ret, "aoti_torch_get_dim")) {
-        return AOTI_TORCH_FAILURE;
-    }
-    *ret = tensor->ndim;
-    return AOTI_TORCH_SUCCESS;
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_get_numel(void *handle, int64_t *ret) {
-    vram_tensor *tensor = vram_tensor_of(handle, "aoti_torch_get_numel");
-    if (tensor == NULL || out_arg(ret, "aoti_torch_get_numel")) {
-        return AOTI_TORCH_FAILURE;
-    }
-    *ret = tensor->storage == NULL ? 0 : vram_numel(tensor);
-    return AOTI_TORCH_SUCCESS;
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_get_sizes(void *handle, int64_t **ret) {
-    vram_tensor *tensor = vram_tensor_of(handle, "aoti_torch_get_sizes");
-    if (tensor == NULL || out_arg(ret, "aoti_torch_get_sizes")) {
-        return AOTI_TORCH_FAILURE;
-    }
-    *ret = tensor->sizes;
-    return AOTI_TORCH_SUCCESS;
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_get_strides(void *handle, int64_t **ret) {
-    vram_tensor *tensor = vram_tensor_of(handle, "aoti_torch_get_strides");
-    if (tensor == NULL || out_arg(ret, "aoti_torch_get_strides")) {
-        return AOTI_TORCH_FAILURE;
-    }
-    *ret = tensor->strides;
-    return AOTI_TORCH_SUCCESS;
-}
+GETTER(get_data_ptr, void *, vram_defined_tensor, data_pointer(tensor))
+GETTER(get_mutable_data_ptr, void *, vram_defined_tensor, data_pointer(tensor))
+GETTER(get_const_data_ptr, const void *, vram_defined_tensor, data_pointer(tensor))
+GETTER(get_storage_size, int64_t, vram_defined_tensor, tensor->storage->nbytes)
+GETTER(get_storage_numel, int64_t, vram_defined_tensor,
+       tensor->storage->nbytes / vram_element_size(tensor->dtype))
+GETTER(get_dim, int64_t, vram_tensor_of, tensor->ndim)
+GETTER(get_numel, int64_t, vram_tensor_of, tensor->storage == NULL ? 0 : vram_numel(tensor))
+GETTER(get_sizes, int64_t *, vram_tensor_of, tensor->sizes)
+GETTER(get_strides, int64_t *, vram_tensor_of, tensor->strides)
+GETTER(get_dtype, int32_t, vram_tensor_of, tensor->dtype)
+GETTER(get_device_type, int32_t, vram_defined_tensor, tensor->storage->device_type)
+GETTER(get_device_index, int32_t, vram_defined_tensor,
+       tensor->storage->device_type == DEVICE_CPU ? -1 : tensor->storage->device_index)
+GETTER(get_layout, int32_t, vram_tensor_of, 0) /* strided */
+GETTER(get_storage_offset, int64_t, vram_tensor_of, tensor->offset)
+GETTER(is_defined, bool, vram_tensor_of, tensor->storage != NULL)
 
 /* Dimension `d` of `tensor` (negative counts from the end), or -1 after an error. */
 static int64_t dimension(const vram_tensor *tensor, int64_t d, const char *what) {
@@ -372,75 +318,26 @@ static int64_t dimension(const vram_tensor *tensor, int64_t d, const char *what)
     return wrapped;
 }
 
-VRAM_EXPORT AOTITorchError aoti_torch_get_size(void *handle, int64_t d, int64_t *ret) {
-    vram_tensor *tensor = vram_tensor_of(handle, "aoti_torch_get_size");
-    if (tensor == NULL || out_arg(ret, "aoti_torch_get_size")) {
+static AOTITorchError size_or_stride(void *handle, int64_t d, int64_t *ret, bool stride,
+                                     const char *what) {
+    vram_tensor *tensor = vram_tensor_of(handle, what);
+    if (tensor == NULL || out_arg(ret, what)) {
         return AOTI_TORCH_FAILURE;
     }
-    int64_t dim = dimension(tensor, d, "aoti_torch_get_size");
+    int64_t dim = dimension(tensor, d, what);
     if (dim < 0) {
         return AOTI_TORCH_FAILURE;
     }
-    *ret = tensor->sizes[dim];
+    *ret = stride ? tensor->strides[dim] : tensor->sizes[dim];
     return AOTI_TORCH_SUCCESS;
+}
+
+VRAM_EXPORT AOTITorchError aoti_torch_get_size(void *handle, int64_t d, int64_t *ret) {
+    return size_or_stride(handle, d, ret, false, "aoti_torch_get_size");
 }
 
 VRAM_EXPORT AOTITorchError aoti_torch_get_stride(void *handle, int64_t d, int64_t *ret) {
-    vram_tensor *tensor = vram_tensor_of(handle, "aoti_torch_get_stride");
-    if (tensor == NULL || out_arg(ret, "aoti_torch_get_stride")) {
-        return AOTI_TORCH_FAILURE;
-    }
-    int64_t dim = dimension(tensor, d, "aoti_torch_get_stride");
-    if (dim < 0) {
-        return AOTI_TORCH_FAILURE;
-    }
-    *ret = tensor->strides[dim];
-    return AOTI_TORCH_SUCCESS;
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_get_dtype(void *handle, int32_t *ret) {
-    vram_tensor *tensor = vram_tensor_of(handle, "aoti_torch_get_dtype");
-    if (tensor == NULL || out_arg(ret, "aoti_torch_get_dtype")) {
-        return AOTI_TORCH_FAILURE;
-    }
-    *ret = tensor->dtype;
-    return AOTI_TORCH_SUCCESS;
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_get_device_type(void *handle, int32_t *ret) {
-    vram_tensor *tensor = vram_defined_tensor(handle, "aoti_torch_get_device_type");
-    if (tensor == NULL || out_arg(ret, "aoti_torch_get_device_type")) {
-        return AOTI_TORCH_FAILURE;
-    }
-    *ret = tensor->storage->device_type;
-    return AOTI_TORCH_SUCCESS;
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_get_device_index(void *handle, int32_t *ret) {
-    vram_tensor *tensor = vram_defined_tensor(handle, "aoti_torch_get_device_index");
-    if (tensor == NULL || out_arg(ret, "aoti_torch_get_device_index")) {
-        return AOTI_TORCH_FAILURE;
-    }
-    *ret = tensor->storage->device_type == DEVICE_CPU ? -1 : tensor->storage->device_index;
-    return AOTI_TORCH_SUCCESS;
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_get_layout(void *handle, int32_t *ret) {
-    vram_tensor *tensor = vram_tensor_of(handle, "aoti_torch_get_layout");
-    if (tensor == NULL || out_arg(ret, "aoti_torch_get_layout")) {
-        return AOTI_TORCH_FAILURE;
-    }
-    *ret = 0; /* strided */
-    return AOTI_TORCH_SUCCESS;
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_get_storage_offset(void *handle, int64_t *ret) {
-    vram_tensor *tensor = vram_tensor_of(handle, "aoti_torch_get_storage_offset");
-    if (tensor == NULL || out_arg(ret, "aoti_torch_get_storage_offset")) {
-        return AOTI_TORCH_FAILURE;
-    }
-    *ret = tensor->offset;
-    return AOTI_TORCH_SUCCESS;
+    return size_or_stride(handle, d, ret, true, "aoti_torch_get_stride");
 }
 
 VRAM_EXPORT AOTITorchError aoti_torch_is_contiguous(void *handle, bool *ret) {
@@ -463,14 +360,5 @@ VRAM_EXPORT AOTITorchError aoti_torch_is_contiguous(void *handle, bool *ret) {
         }
     }
     *ret = contiguous;
-    return AOTI_TORCH_SUCCESS;
-}
-
-VRAM_EXPORT AOTITorchError aoti_torch_is_defined(void *handle, bool *ret) {
-    vram_tensor *tensor = vram_tensor_of(handle, "aoti_torch_is_defined");
-    if (tensor == NULL || out_arg(ret, "aoti_torch_is_defined")) {
-        return AOTI_TORCH_FAILURE;
-    }
-    *ret = tensor->storage != NULL;
     return AOTI_TORCH_SUCCESS;
 }

@@ -164,13 +164,14 @@ vram_tensor *vram_defined_tensor(const void *handle, const char *what);
 /* A new tensor over `storage` (one more reference to it); NULL with an error set. */
 vram_tensor *vram_new_tensor(vram_storage *storage, int64_t ndim, const int64_t *sizes,
                              const int64_t *strides, int64_t offset, int32_t dtype);
+/* The first tensor over a new storage; the storage is given back if it cannot be made. */
+vram_tensor *vram_new_owner(vram_storage *storage, int64_t ndim, const int64_t *sizes,
+                            const int64_t *strides, int64_t offset, int32_t dtype);
 void vram_delete_tensor(vram_tensor *tensor);
 
 /* Storage of `nbytes` on the device, from vram's allocator (cuda) or the heap (cpu). */
 vram_storage *vram_allocate_storage(int64_t nbytes, int32_t device_type, int32_t device_index,
                                     const char *what);
-/* Gives back a storage no tensor took. */
-void vram_drop_storage(vram_storage *storage);
 vram_storage *vram_borrow_storage(void *data, int64_t nbytes, int32_t device_type,
                                   int32_t device_index);
 
