@@ -28,7 +28,7 @@ import threading
 import warnings
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from ctypes import CFUNCTYPE, POINTER, byref, c_char_p, c_double, c_int32, c_int64, c_void_p
 from pathlib import Path
 from typing import Any
@@ -93,6 +93,7 @@ class TensorDesc(ctypes.Structure):
         ("dtype", c_int32),
         ("device_type", c_int32),
         ("device_index", c_int32),
+        ("sized", c_int32),
     ]
 
 
@@ -207,6 +208,7 @@ class Shim:
         self.exports = dynamic_symbols(self.path).defined
         self.memory = Callbacks(kind, self._current_index)
         self.raw: dict[int, Device] = {}  # raw allocations (a model's weights) -> device
+        self._devices: dict[tuple[int, int], Device] = {}
         self.recording: list[int] | None = None  # raw allocations a model load is making
         self._callbacks = [  # kept alive with this object: C holds their addresses
             _ALLOC(self._raw_alloc),
@@ -230,11 +232,16 @@ class Shim:
 
     def device(self, device_type: int, index: int) -> Device:
         """The vram device a (c10 device type, index) pair means here."""
-        if device_type == DEVICE_CPU:
-            return Device("cpu")
-        if device_type != DEVICE_CUDA:
-            raise ValueError(f"device type {device_type} is not one vram.aoti runs on")
-        return Device(self.kind, index)
+        found = self._devices.get((device_type, index))
+        if found is None:
+            if device_type == DEVICE_CPU:
+                found = Device("cpu")
+            elif device_type == DEVICE_CUDA:
+                found = Device(self.kind, index)
+            else:
+                raise ValueError(f"device type {device_type} is not one vram.aoti runs on")
+            self._devices[(device_type, index)] = found
+        return found
 
     def live_tensors(self) -> int:
         """Tensor handles alive in the library (all threads)."""
@@ -274,12 +281,12 @@ class Shim:
                 if self.lib.vram_aoti_describe(handle, byref(desc)) != 0:
                     raise RuntimeError(f"vram.aoti: an output: {self.error()}")
                 descs.append(_Desc.of(desc))
-            extents = _extents(descs)
+            sizes = _sizes(descs)
             views = Counter(desc.storage_id for desc in descs)
             storages: dict[int, Storage] = {}
             for handle, desc in zip(handles, descs, strict=True):
                 if desc.storage_id not in storages:
-                    storage, kept = self._storage(handle, desc, extents[desc.storage_id],
+                    storage, kept = self._storage(handle, desc, sizes[desc.storage_id],
                                                   views[desc.storage_id], keep)  # fmt: skip
                     storages[desc.storage_id] = storage
                     if kept:
@@ -291,7 +298,7 @@ class Shim:
                     self.delete(handle)
 
     def _storage(
-        self, handle: int, desc: _Desc, extent: int, views: int, keep: object
+        self, handle: int, desc: _Desc, size: int, views: int, keep: object
     ) -> tuple[Storage, bool]:
         """The Storage of an output's memory: its own (an Allocation) when nothing but the
         ``views`` outputs views it, else borrowed through its handle, kept with ``keep``."""
@@ -312,7 +319,6 @@ class Shim:
                 allocator_for(device),
             )
             return Storage(device, ptr, nbytes.value, owner), False
-        size = max(nbytes.value, extent)
         kept = _HandleOwner(self.lib, handle, keep)
         if device.type == "cpu":
             return Storage(device, ptr, size, kept, host_bytes(ptr, size, kept)), True
@@ -322,22 +328,21 @@ class Shim:
         """vram tensors over the memory ``descs`` describe (borrowed: alive for one call).
         Views of one storage share one Storage; the same view twice is the same tensor."""
         found = [_Desc.of(d) for d in descs]
-        extents = _extents(found)
+        sizes = _sizes(found)
         storages: dict[int, Storage] = {}
         views: dict[tuple, Tensor] = {}
         out = []
         for desc in found:
-            storage = storages.get(desc.storage_id) if desc.storage_id else None
-            if storage is None:
-                device = self.device(desc.device_type, desc.device_index)
-                size = max(desc.nbytes, extents[desc.storage_id])
-                host = host_bytes(desc.base, size, None) if device.type == "cpu" else None
-                storage = Storage(device, desc.base, size, None, host)
-                if desc.storage_id:
-                    storages[desc.storage_id] = storage
-            key = (desc.storage_id, desc.shape, desc.strides, desc.offset, desc.dtype)
-            tensor = views.get(key) if desc.storage_id else None
+            sid = desc.storage_id
+            key = (sid, desc.shape, desc.strides, desc.offset, desc.dtype)
+            tensor = views.get(key) if sid else None
             if tensor is None:
+                storage = storages.get(sid) if sid else None
+                if storage is None:
+                    device = self.device(desc.device_type, desc.device_index)
+                    size = sizes[sid]
+                    host = host_bytes(desc.base, size, None) if device.type == "cpu" else None
+                    storage = storages[sid] = Storage(device, desc.base, size, None, host)
                 tensor = views[key] = desc.tensor(storage)
             out.append(tensor)
         return out
@@ -419,7 +424,7 @@ class Shim:
             if o.device.type == "cpu":
                 _host_gemm(o, x, y, add, beta, alpha)
                 return 0
-            with use_stream(peer_stream(stream or 0, o.device)):
+            with _on(stream, o.device):
                 if op == _GEMM_MM:
                     mm(x, y, out=o)
                 elif op == _GEMM_BMM:
@@ -440,7 +445,7 @@ class Shim:
             if device.type == "cpu":
                 np.copyto(d.numpy(), np.broadcast_to(s.numpy(), d.shape), casting="unsafe")
             else:
-                with use_stream(peer_stream(stream or 0, device)):
+                with _on(stream, device):
                     d.copy_(s)
             return 0
         except BaseException as exc:
@@ -452,7 +457,7 @@ class Shim:
             if tensor.device.type == "cpu":
                 tensor.numpy()[...] = 0
             else:
-                with use_stream(peer_stream(stream or 0, tensor.device)):
+                with _on(stream, tensor.device):
                     tensor.zero_()
             return 0
         except BaseException as exc:
@@ -471,7 +476,7 @@ class _Desc:
 
     __slots__ = (
         "storage_id", "base", "nbytes", "shape", "strides", "offset", "dtype", "device_type",
-        "device_index",
+        "device_index", "sized",
     )  # fmt: skip
 
     @classmethod
@@ -481,12 +486,13 @@ class _Desc:
         d.storage_id = desc.storage_id
         d.base = desc.base or 0
         d.nbytes = desc.nbytes
-        d.shape = tuple(desc.sizes[i] for i in range(ndim))
-        d.strides = tuple(desc.strides[i] for i in range(ndim))
+        d.shape = tuple(desc.sizes[:ndim])
+        d.strides = tuple(desc.strides[:ndim])
         d.offset = desc.offset
         d.dtype = desc.dtype
         d.device_type = desc.device_type
         d.device_index = desc.device_index
+        d.sized = desc.sized
         return d
 
     def extent(self) -> int:
@@ -503,6 +509,14 @@ class _Desc:
         return Tensor._make(storage, self.shape, self.strides, self.offset, dt)
 
 
+def _on(stream: int | None, device: Device) -> Any:
+    """A context where ``stream`` (a handle) is ``device``'s current vram stream: nothing to
+    do when it already is (a model runs on the current stream)."""
+    if current_stream(device).cuda_stream == (stream or 0):
+        return nullcontext()
+    return use_stream(peer_stream(stream or 0, device))
+
+
 def _itemsize(code: int) -> int:
     dt = _DTYPES.get(code)
     if dt is None:
@@ -510,11 +524,15 @@ def _itemsize(code: int) -> int:
     return dt.itemsize
 
 
-def _extents(descs: Sequence[_Desc]) -> dict[int, int]:
-    """The bytes each storage must cover for all of its views."""
+def _sizes(descs: Sequence[_Desc]) -> dict[int, int]:
+    """The bytes each storage spans: its size where known, else what its views reach."""
     out: dict[int, int] = {}
     for desc in descs:
-        out[desc.storage_id] = max(out.get(desc.storage_id, 0), desc.extent())
+        if desc.sized:
+            out[desc.storage_id] = desc.nbytes
+        else:
+            reach = max(desc.nbytes, desc.extent())
+            out[desc.storage_id] = max(out.get(desc.storage_id, 0), reach)
     return out
 
 

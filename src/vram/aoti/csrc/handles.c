@@ -350,6 +350,7 @@ void vram_describe(const vram_tensor *tensor, vram_tensor_desc *desc) {
     desc->dtype = tensor->dtype;
     desc->device_type = storage != NULL ? storage->device_type : DEVICE_CPU;
     desc->device_index = storage != NULL ? storage->device_index : 0;
+    desc->sized = storage != NULL && storage->sized;
 }
 
 /* ---- what vram.aoti asks of handles ----------------------------------------------------- */

@@ -162,6 +162,7 @@ static AOTITorchError item(void *handle, void *value, int32_t dtype, const char 
     dst.dtype = dtype;
     dst.device_type = DEVICE_CPU;
     dst.device_index = 0;
+    dst.sized = 1;
     return copy_desc(&dst, &src, tensor, what);
 }
 

@@ -104,6 +104,7 @@ typedef struct vram_tensor_desc {
     int32_t dtype;
     int32_t device_type;
     int32_t device_index;
+    int32_t sized; /* nbytes is the storage's size; else only what one view reaches */
 } vram_tensor_desc;
 
 /* GEMM callback ops */
