@@ -121,6 +121,9 @@ def test_a_captured_run_replays_with_new_inputs(fake_models, sim0):
     graph = vram.CUDAGraph()
     with vram.graph(graph):
         outputs = model(static)
+    private = vram.memory.memory_snapshot(mempool_id=graph.pool(), device=DEVICE)
+    owned = {b["address"] for s in private for b in s["blocks"] if b["state"] == "active_allocated"}
+    assert {t.data_ptr() for t in outputs[:2]} <= owned  # from the graph's private pool
     for seed in (1, 2):
         x = x_of(seed=seed)
         static.copy_(vram.tensor(x, device=DEVICE))
