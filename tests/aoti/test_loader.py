@@ -6,6 +6,7 @@ once warm), streams, graph capture and replay, the sanitizer, and every refusal.
 from __future__ import annotations
 
 import shutil
+import sys
 import zipfile
 
 import numpy as np
@@ -160,6 +161,13 @@ def test_a_model_needing_a_missing_shim_is_refused_by_name(fake_models, sim0):
     with pytest.raises(RuntimeError, match=r"needs 1 shim\(s\) vram does not provide: "
                        r"aoti_torch_cuda__fake_op_out"):  # fmt: skip
         vram.aoti.load(fake_models["missing"], DEVICE)
+
+
+def test_a_model_is_refused_once_torch_came_into_the_process(fake_models, monkeypatch, sim0):
+    vram.aoti.shim("sim")
+    monkeypatch.setitem(sys.modules, "torch", object())
+    with pytest.raises(RuntimeError, match="cannot run in a process that has loaded libtorch"):
+        vram.aoti.load(fake_models["plain"], DEVICE)
 
 
 def test_files_that_are_no_model_are_refused(fake_models, tmp_path, sim0):

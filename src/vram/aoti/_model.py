@@ -39,7 +39,7 @@ from ..driver import cuda_usable, load_cuda_runtime
 from ..memory import Allocation, set_label
 from ._elf import dynamic_symbols
 from ._package import extract_model
-from ._shim import DTYPE_CODES, Shim, bound_kind, shim
+from ._shim import DTYPE_CODES, Shim, bound_kind, refuse_libtorch, shim
 
 __all__ = ["Model", "load"]
 
@@ -110,6 +110,7 @@ class Model:
         self.device = device
         self.path = library
         self._shim: Shim = shim(_kind_for(device))
+        refuse_libtorch()  # (torch may have come after the shim library)
         self._check_symbols(library)
         try:
             self._lib = ctypes.CDLL(str(library), mode=os.RTLD_NOW | os.RTLD_LOCAL)

@@ -52,6 +52,7 @@ __all__ = [
     "TensorDesc",
     "shim",
     "libtorch_loaded",
+    "refuse_libtorch",
     "DTYPE_CODES",
     "DEVICE_CPU",
     "DEVICE_CUDA",
@@ -180,18 +181,23 @@ def libtorch_loaded() -> str | None:
     return None
 
 
+def refuse_libtorch() -> None:
+    """RuntimeError when libtorch is in this process (see the module docstring)."""
+    found = libtorch_loaded()
+    if found is not None:
+        raise RuntimeError(
+            f"vram.aoti cannot run in a process that has loaded libtorch ({found}): both "
+            "export the aoti_torch_* symbols a compiled model imports (pytorch#190922), so "
+            "the model would bind to one of them at random. Run the model in a process that "
+            "does not import torch, or use torch._inductor.aoti_load_package"
+        )
+
+
 class Shim:
     """The loaded library (``lib``, a ctypes CDLL) and the calls into vram it makes."""
 
     def __init__(self, kind: str) -> None:
-        found = libtorch_loaded()
-        if found is not None:
-            raise RuntimeError(
-                f"vram.aoti cannot run in a process that has loaded libtorch ({found}): both "
-                "export the aoti_torch_* symbols a compiled model imports (pytorch#190922), "
-                "so the model would bind to one of them at random. Run the model in a "
-                "process that does not import torch, or use torch._inductor.aoti_load_package"
-            )
+        refuse_libtorch()
         self.kind = kind
         self.path: Path = library_path()
         self.lib = ctypes.CDLL(str(self.path), mode=os.RTLD_NOW | os.RTLD_GLOBAL)
