@@ -10,7 +10,7 @@ import numpy as np
 
 import vram
 from vram.aoti import shim
-from vram.aoti._shim import TensorDesc
+from vram.aoti._tensors import TensorDesc
 
 F16, BF16, F32, F64, I32, I64 = 5, 15, 6, 7, 3, 4  # c10::ScalarType codes
 CPU, CUDA = 0, 1  # c10::DeviceType codes

@@ -23,7 +23,7 @@ from pathlib import Path
 __all__ = ["SOURCES", "ABI", "find_compiler", "cache_dir", "library_path"]
 
 _CSRC = Path(__file__).with_name("csrc")
-SOURCES = ("errors.c", "handles.c", "tensors.c", "device.c", "ops.c")
+SOURCES = ("errors.c", "registry.c", "handles.c", "tensors.c", "device.c", "ops.c")
 _HEADERS = ("vram_aoti.h",)
 # What the library implements: PyTorch's shim.h and c10 numbering as of torch 2.11, and the
 # layout of its callback table (vram_aoti_abi_version in errors.c).

@@ -39,7 +39,8 @@ from ..driver import cuda_usable, load_cuda_runtime
 from ..memory import Allocation, set_label
 from ._elf import dynamic_symbols
 from ._package import extract_model
-from ._shim import DTYPE_CODES, Shim, bound_kind, refuse_libtorch, shim
+from ._shim import Shim, bound_kind, refuse_libtorch, shim
+from ._tensors import DTYPE_CODES
 
 __all__ = ["Model", "load"]
 

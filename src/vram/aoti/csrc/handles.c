@@ -1,11 +1,8 @@
-/* The registry of live objects, storages and tensors.
+/* Storages and tensors.
  *
- * - The registry is an open-addressing hash set of the addresses this library handed out
- *   (tensors, guards, streams), each with its kind, under one mutex. Every shim looks a
- *   handle up here before reading it. The mutex guards the table and storage origins only;
- *   nothing that can call back into vram runs while it is held.
- * - A storage is shared by the tensors that view it (refs, atomic). When the last one is
- *   deleted its memory goes back to where it came from (enum storage_origin).
+ * A storage is shared by the tensors that view it (refs, atomic). When the last one is
+ * deleted its memory goes back to where it came from (enum storage_origin). Tensors are
+ * registered live (registry.c) from their making to their deletion.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -13,112 +10,9 @@
 
 #include "vram_aoti.h"
 
-#define EMPTY ((uintptr_t)0)
-#define REMOVED ((uintptr_t)1)
-#define MIN_CAPACITY 256
-#define KINDS 5
 #define HOST_ALIGNMENT 64 /* bytes; what vectorized host kernels may assume */
 
-typedef struct {
-    uintptr_t key;
-    int32_t kind;
-} slot;
-
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static slot *slots;     /* guarded by lock */
-static size_t capacity; /* a power of two; guarded by lock */
-static size_t used;     /* slots holding a key or REMOVED; guarded by lock */
-static int64_t live[KINDS]; /* live objects per kind; guarded by lock */
-
-static size_t slot_index(uintptr_t key) {
-    return (size_t)((key >> 4) * 0x9E3779B97F4A7C15ull) & (capacity - 1);
-}
-
-static slot *find(uintptr_t key) {
-    if (capacity == 0) {
-        return NULL;
-    }
-    for (size_t i = slot_index(key);; i = (i + 1) & (capacity - 1)) {
-        if (slots[i].key == key) {
-            return &slots[i];
-        }
-        if (slots[i].key == EMPTY) {
-            return NULL;
-        }
-    }
-}
-
-/* A table of twice the live objects (at least MIN_CAPACITY), without removed slots. */
-static bool rebuild(void) {
-    size_t count = 0;
-    for (int k = 0; k < KINDS; k++) {
-        count += (size_t)live[k];
-    }
-    size_t wanted = MIN_CAPACITY;
-    while (wanted < 4 * (count + 1)) {
-        wanted *= 2;
-    }
-    slot *fresh = calloc(wanted, sizeof(slot));
-    if (fresh == NULL) {
-        return false;
-    }
-    slot *old = slots;
-    size_t old_capacity = capacity;
-    slots = fresh;
-    capacity = wanted;
-    used = 0;
-    for (size_t i = 0; i < old_capacity; i++) {
-        if (old[i].key != EMPTY && old[i].key != REMOVED) {
-            size_t j = slot_index(old[i].key);
-            while (slots[j].key != EMPTY) {
-                j = (j + 1) & (capacity - 1);
-            }
-            slots[j] = old[i];
-            used++;
-        }
-    }
-    free(old);
-    return true;
-}
-
-bool vram_register(void *object, int32_t kind) {
-    pthread_mutex_lock(&lock);
-    bool ok = (used + 1) * 2 <= capacity || rebuild();
-    if (ok) {
-        size_t i = slot_index((uintptr_t)object);
-        while (slots[i].key != EMPTY && slots[i].key != REMOVED) {
-            i = (i + 1) & (capacity - 1);
-        }
-        if (slots[i].key == EMPTY) {
-            used++;
-        }
-        slots[i].key = (uintptr_t)object;
-        slots[i].kind = kind;
-        live[kind]++;
-    }
-    pthread_mutex_unlock(&lock);
-    return ok;
-}
-
-bool vram_unregister(void *object, int32_t kind) {
-    pthread_mutex_lock(&lock);
-    slot *found = find((uintptr_t)object);
-    bool ok = found != NULL && found->kind == kind;
-    if (ok) {
-        found->key = REMOVED;
-        live[kind]--;
-    }
-    pthread_mutex_unlock(&lock);
-    return ok;
-}
-
-bool vram_is_live(const void *object, int32_t kind) {
-    pthread_mutex_lock(&lock);
-    slot *found = find((uintptr_t)object);
-    bool ok = found != NULL && found->kind == kind;
-    pthread_mutex_unlock(&lock);
-    return ok;
-}
+static pthread_mutex_t origins = PTHREAD_MUTEX_INITIALIZER; /* guards storages' origin */
 
 vram_tensor *vram_tensor_of(const void *handle, const char *what) {
     if (handle == NULL) {
@@ -374,26 +268,16 @@ VRAM_EXPORT int32_t vram_aoti_take_storage(void *handle, int64_t views, void **d
     if (tensor == NULL) {
         return -1;
     }
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&origins);
     vram_storage *storage = tensor->storage;
     int32_t taken = storage->origin == FROM_ALLOCATOR && storage->data != NULL &&
                     __atomic_load_n(&storage->refs, __ATOMIC_ACQUIRE) == views;
     if (taken) {
         storage->origin = BORROWED;
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&origins);
     *data = storage->data;
     *nbytes = storage->nbytes;
     *stream = storage->stream;
     return taken;
-}
-
-VRAM_EXPORT int64_t vram_aoti_live_objects(int32_t kind) {
-    if (kind < 1 || kind >= KINDS) {
-        return -1;
-    }
-    pthread_mutex_lock(&lock);
-    int64_t count = live[kind];
-    pthread_mutex_unlock(&lock);
-    return count;
 }

@@ -148,7 +148,7 @@ AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t *sizes_ptr,
 AOTITorchError aoti_torch_delete_tensor_object(void *handle);
 AOTITorchError aoti_torch_copy_(void *self, void *src, int32_t non_blocking);
 
-/* ---- the registry of live objects and the storages (handles.c) ------------------------- */
+/* ---- the registry of live objects (registry.c) ----------------------------------------- */
 enum object_kind { KIND_TENSOR = 1, KIND_DEVICE_GUARD, KIND_STREAM_GUARD, KIND_STREAM };
 
 /* Adds it; false when out of host memory. */
@@ -156,6 +156,8 @@ bool vram_register(void *object, int32_t kind);
 /* Removes it; false when it was not a live object of that kind. */
 bool vram_unregister(void *object, int32_t kind);
 bool vram_is_live(const void *object, int32_t kind);
+
+/* ---- storages and tensors (handles.c) ---------------------------------------------------- */
 
 /* The live tensor behind a handle, or NULL after setting an error naming `what`. */
 vram_tensor *vram_tensor_of(const void *handle, const char *what);
