@@ -113,17 +113,24 @@ def vram_rows(
     for entry in entries:
         vram.memory.empty_cache(device)
         vram.memory.reset_peak_memory_stats(device)
-        model = vram.aoti.load(folder / entry["package"], device)
-        x = [vram.tensor(np.load(folder / f), device=device) for f in entry["inputs"]]
-        rows.append(measure(entry["name"], impl, partial(model, *x), model, device, reps))
-        if graph:
-            static = [t.clone() for t in x]
-            g = vram.CUDAGraph()
-            with vram.graph(g):
-                model(*static)
-            rows.append(measure(entry["name"], GRAPH, g.replay, model, device, reps))
+        try:
+            model = vram.aoti.load(folder / entry["package"], device)
+            x = [vram.tensor(np.load(folder / f), device=device) for f in entry["inputs"]]
+            rows.append(measure(entry["name"], impl, partial(model, *x), model, device, reps))
+            if graph:
+                static = [t.clone() for t in x]
+                g = vram.CUDAGraph()
+                with vram.graph(g):
+                    model(*static)
+                rows.append(measure(entry["name"], GRAPH, g.replay, model, device, reps))
+        except Exception as exc:  # one package's failure is its row; the others still run
+            rows.append(failed(entry["name"], impl, exc))
         model = g = None  # the next package starts from an emptied cache
     return rows
+
+
+def failed(package: str, impl: str, exc: Exception) -> dict:
+    return {"measure": "per run", "package": package, "impl": impl, "error": repr(exc)[:300]}
 
 
 # ------------------------------------------------------------------------ the torch worker
@@ -141,19 +148,22 @@ def torch_rows(folder: Path, entries: list[dict], reps: int) -> list[dict]:
     for entry in entries:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        runner = torch._inductor.aoti_load_package(str(folder / entry["package"]))
-        x = [torch.from_numpy(np.load(folder / f)).cuda() for f in entry["inputs"]]
-        with torch.no_grad():
-            row = {"measure": "per run", "package": entry["name"], "impl": TORCH}
-            row.update(timed(partial(runner, *x), sync, event, reps))
-            before = torch.cuda.memory_stats().get("num_device_alloc")
-            for _ in range(RUNS):
-                runner(*x)
-            sync()
-            after = torch.cuda.memory_stats().get("num_device_alloc")
-        row["device_mallocs_per_run"] = None if before is None else (after - before) / RUNS
-        row["peak_reserved_mib"] = round(torch.cuda.max_memory_reserved() / MIB, 1)
-        rows.append(row)
+        try:
+            runner = torch._inductor.aoti_load_package(str(folder / entry["package"]))
+            x = [torch.from_numpy(np.load(folder / f)).cuda() for f in entry["inputs"]]
+            with torch.no_grad():
+                row = {"measure": "per run", "package": entry["name"], "impl": TORCH}
+                row.update(timed(partial(runner, *x), sync, event, reps))
+                before = torch.cuda.memory_stats().get("num_device_alloc")
+                for _ in range(RUNS):
+                    runner(*x)
+                sync()
+                after = torch.cuda.memory_stats().get("num_device_alloc")
+            row["device_mallocs_per_run"] = None if before is None else (after - before) / RUNS
+            row["peak_reserved_mib"] = round(torch.cuda.max_memory_reserved() / MIB, 1)
+            rows.append(row)
+        except Exception as exc:
+            rows.append(failed(entry["name"], TORCH, exc))
         runner = None
     return rows
 
