@@ -9,7 +9,10 @@ The README holds three generated spots, each between a start and an end marker:
   replay traces or measure the memory doctor (replay*, ``REPLAYED``), whichever device ran
   them (the simulated GPU replays exactly what a GPU would);
 - ``<!-- viewer:start -->`` / ``<!-- viewer:end -->``: the viewer screenshot, once
-  docs/viewer.png exists.
+  docs/viewer.png exists;
+- a spot named after a benchmark in ``OWN_SPOT`` (``<!-- aoti:start -->``...), where the
+  README has one: that benchmark's GPU results, in its own section instead of the bench
+  spot.
 A result file is what bench/_common.write_result writes: ``{"name", "device",
 "device_name", "date", "results": [row, ...]}``. Numbers are shown as the files hold them;
 where there are none yet, the spot says "not measured yet". Everything outside the markers
@@ -29,6 +32,7 @@ VIEWER = "docs/viewer.png"  # relative to the README
 # the replay spot's results besides replay*: trace replays on the simulated GPU, checked
 # against PyTorch's runs (predictions), and the memory doctor's costs
 REPLAYED = ("fragmentation", "predictions", "doctor", "viewer")
+OWN_SPOT = ("aoti",)  # benchmarks shown in a section of their own, where the README has it
 
 
 def load_results(results: Path) -> list[dict]:
@@ -179,7 +183,12 @@ def update_readme(readme: Path, results_dir: Path) -> bool:
         else f"_Screenshot to come: {VIEWER}._"
     )
     old = readme.read_text()
-    new = replace_between(old, "bench", render(bench))
+    new = old
+    for name in OWN_SPOT:
+        if f"<!-- {name}:start -->" in new:
+            new = replace_between(new, name, render([r for r in bench if r["name"] == name]))
+            bench = [r for r in bench if r["name"] != name]
+    new = replace_between(new, "bench", render(bench))
     new = replace_between(new, "replay", render(replay))
     new = replace_between(new, "viewer", viewer)
     if new != old:

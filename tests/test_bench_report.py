@@ -177,3 +177,37 @@ def test_alloc_pairs_pivot_and_other_rows_follow_flat(report):
     ]
     table = report.render_rows(rows, "alloc")
     assert "| vram | 2 |" in table and "| vram memory_allocated() | 0.3 |" in table
+
+
+AOTI = {
+    "name": "aoti",
+    "device": "cuda:0",
+    "device_name": "NVIDIA H100 80GB HBM3",
+    "date": "2025-01-04",
+    "results": [
+        {"measure": "per run", "package": "mlp_A", "impl": "vram eager", "host_us": 80.5},
+        {"measure": "summary", "package": "mlp_A", "graph_host_over_torch_runner": 0.2},
+    ],
+}
+
+
+def test_a_benchmark_with_a_spot_of_its_own_is_shown_there(report, tmp_path):
+    readme, results = _setup(tmp_path, ALLOC, AOTI)
+    text = readme.read_text().replace(
+        "middle\n", "middle\n<!-- aoti:start -->\n<!-- aoti:end -->\n"
+    )
+    readme.write_text(text)
+    report.update_readme(readme, results)
+    text = readme.read_text()
+    own = text[text.index("<!-- aoti:start -->") : text.index("<!-- aoti:end -->")]
+    bench = text[text.index("<!-- bench:start -->") : text.index("<!-- bench:end -->")]
+    assert "**aoti** on NVIDIA H100 80GB HBM3 (cuda:0), 2025-01-04" in own
+    assert "| mlp_A | vram eager | 80.5 |" in own and "| mlp_A | 0.2 |" in own
+    assert "aoti" not in bench and "**alloc**" in bench
+
+
+def test_without_its_spot_a_benchmark_joins_the_others(report, tmp_path):
+    readme, results = _setup(tmp_path, AOTI)
+    report.update_readme(readme, results)
+    bench = readme.read_text().split("<!-- bench:start -->\n")[1]
+    assert bench.startswith("**aoti** on NVIDIA H100 80GB HBM3 (cuda:0)")

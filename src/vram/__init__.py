@@ -3,7 +3,7 @@ stream-aware caching allocator, on real NVIDIA GPUs (``cuda:N``) and a simulated
 (``sim:N``) that runs everywhere."""
 
 # the subpackages: importing them fills the dispatch table
-from . import backends, blas, cuda, graphs, linalg, memory, nn, ops, optim, sim
+from . import aoti, backends, blas, cuda, graphs, linalg, memory, nn, ops, optim, sim
 from ._device import (
     Device,
     current_device,

@@ -7,6 +7,7 @@ import threading
 from ._base import DeviceProperties, Driver
 from ._comm import DTYPES as COLLECTIVE_DTYPES
 from ._comm import Communicator, communicator_type
+from ._runtime import load_cuda_runtime
 
 __all__ = [
     "Driver",
@@ -16,6 +17,7 @@ __all__ = [
     "Communicator",
     "communicator_type",
     "COLLECTIVE_DTYPES",
+    "load_cuda_runtime",
 ]
 
 _drivers: dict[str, Driver] = {}

@@ -9,6 +9,8 @@ Each submodule imports its peer library only when it is imported itself:
   (``NUMBA_CUDA_MEMORY_MANAGER=vram.interop.numba``).
 - ``vram.interop.cuda_core``: ``VramMemoryResource``, a cuda.core MemoryResource.
 - ``vram.interop.nvmath``: ``VramAllocator``, the ``allocator`` option of nvmath-python.
+- ``vram.interop.triton``: ``use_vram()``: Triton launches on vram's current stream and
+  takes its scratch memory from vram, without torch.
 
 A peer's raw stream handle becomes a vram stream (``peer_stream``): its default stream is
 vram's default stream of the device, any other handle a ``vram.ExternalStream``, so that
@@ -22,9 +24,9 @@ from types import ModuleType
 
 from ._streams import peer_stream
 
-__all__ = ["peer_stream", "torch", "cupy", "numba", "cuda_core", "nvmath"]
+__all__ = ["peer_stream", "torch", "cupy", "numba", "cuda_core", "nvmath", "triton"]
 
-_PLUGINS = ("torch", "cupy", "numba", "cuda_core", "nvmath")
+_PLUGINS = ("torch", "cupy", "numba", "cuda_core", "nvmath", "triton")
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -20,6 +20,7 @@ from ._host import (
     reset_accumulated_host_memory_stats,
     reset_peak_host_memory_stats,
 )
+from ._labels import clear_label, label_of, set_label
 from ._oom_report import MemoryReport, memory_report
 from ._pools import MemPool, use_mem_pool
 from ._registry import allocate, allocator_for
@@ -58,6 +59,9 @@ __all__ = [
     "allocate",
     "allocator_for",
     "format_size",
+    "set_label",
+    "clear_label",
+    "label_of",
     "parse_config",
     "use_mem_pool",
     *_api_all,

@@ -36,6 +36,7 @@ from .._errors import OutOfMemoryError
 from .._units import format_bytes, format_size
 from ._config import SIZE_MAX
 from ._history import frames_to_dicts
+from ._labels import label_of
 from ._pool import UNMAPPED
 
 if TYPE_CHECKING:
@@ -374,9 +375,7 @@ def _build(allocator: DeviceCachingAllocator) -> MemoryReport:
 
 
 def _live(block: Block, stream: int) -> LiveBlock:
-    from ._workspace import workspace_label  # (_workspace imports the allocator module)
-
-    label = workspace_label(block.ptr)
+    label = label_of(block.ptr)
     frames = (
         ({"filename": "<vram>", "line": 0, "name": label},)
         if label is not None

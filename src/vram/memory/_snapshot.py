@@ -29,9 +29,9 @@ from . import _registry
 from ._caching import DeviceCachingAllocator
 from ._config import default_config
 from ._history import History, HistorySettings, Recorder, attach, detach, frames_to_dicts
+from ._labels import label_of
 from ._pool import ALLOCATED, FREE, PENDING, UNMAPPED, Block
 from ._registry import allocator_for
-from ._workspace import workspace_label
 
 __all__ = [
     "_record_memory_history",
@@ -120,10 +120,11 @@ _STATES = {ALLOCATED: "active_allocated", PENDING: "active_pending_free", FREE: 
 
 
 def _frames(block: Block) -> list[dict]:
-    """A block's frames: its allocation's stack, or a library workspace's label."""
+    """A block's frames: its allocation's stack, or its label (a library workspace's, a
+    model's constants)."""
     if block.state != ALLOCATED:
         return []
-    label = workspace_label(block.ptr)
+    label = label_of(block.ptr)
     if label is not None:
         return [{"filename": "<vram>", "line": 0, "name": label}]
     return frames_to_dicts(block.context)

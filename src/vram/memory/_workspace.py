@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from .._device import Device, as_device
 from .._streams import Stream, current_stream
 from ._caching import DeviceCachingAllocator
+from ._labels import clear_label, set_label
 from ._registry import _allocators, allocator_for
 from ._stats import Stat
 
-__all__ = ["get_workspace", "release_idle_workspaces", "workspace_stats", "workspace_label"]
+__all__ = ["get_workspace", "release_idle_workspaces", "workspace_stats"]
 
 LIBRARIES = ("cublas", "cublaslt", "cusolver", "linalg")  # who may ask, by name
 
@@ -41,7 +42,6 @@ _lock = threading.Lock()
 # (library, allocator, stream handle, thread) -> its workspace; keyed by the allocator, not
 # the device, so that a new allocator of a device starts with none
 _workspaces: dict[tuple[str, DeviceCachingAllocator, int, int], _Workspace] = {}
-_labels: dict[int, str] = {}  # ptr -> "cublas workspace", for snapshots
 _stats: dict[DeviceCachingAllocator, Stat] = {}
 
 
@@ -80,12 +80,12 @@ def _grow(key: tuple, allocator: DeviceCachingAllocator, stream: Stream, nbytes:
         old = _workspaces.pop(key, None)
         stat = _stats.setdefault(allocator, Stat())
         if old is not None:
-            _labels.pop(old.ptr, None)
+            clear_label(old.ptr)
             stat.decrease(old.nbytes)
             allocator.free(old.ptr)  # on its stream: queued work still runs before reuse
         ptr = allocator.malloc(nbytes, stream.cuda_stream)
         _workspaces[key] = _Workspace(ptr, nbytes)
-        _labels[ptr] = f"{key[0]} workspace"
+        set_label(ptr, f"{key[0]} workspace")
         stat.increase(nbytes)
         return ptr
 
@@ -98,7 +98,7 @@ def release_idle_workspaces(device: Device) -> None:
             if key[1] is not allocator or not allocator.driver.stream_query(key[2]):
                 continue
             del _workspaces[key]
-            _labels.pop(workspace.ptr, None)
+            clear_label(workspace.ptr)
             _stats[allocator].decrease(workspace.nbytes)
             allocator.free(workspace.ptr)
 
@@ -108,8 +108,3 @@ def workspace_stats(device: Device) -> dict[str, int]:
     stat = _stats.get(allocator_for(device)) or Stat()
     fields = ("current", "peak", "allocated", "freed")
     return {f"workspace_bytes.all.{f}": v for f, v in zip(fields, stat.fields(), strict=True)}
-
-
-def workspace_label(ptr: int) -> str | None:
-    """ "cublas workspace" for a block that is a workspace, else None."""
-    return _labels.get(ptr)
