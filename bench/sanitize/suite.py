@@ -115,7 +115,7 @@ RUNS = (
     ),
 )
 
-# Deliberate API errors: (call, error, the tests that make it or "" for any, why).
+# Deliberate API errors: (call, error, the test that makes them; "" for any), and why.
 WHY = (
     ("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY", "", "out-of-memory tests ask for 10 TiB or 1 PiB"),
     ("cuMemAllocAsync", "CUDA_ERROR_OUT_OF_MEMORY", "", "the same, on cudaMallocAsync's pool"),
@@ -125,36 +125,8 @@ WHY = (
     ("cuStreamQuery", "CUDA_ERROR_NOT_READY", "", "Stream.query() of unfinished work (False)"),
     ("cudaEventQuery", "cudaErrorNotReady", "", "PyTorch's allocator polls its events"),
     ("cudaStreamQuery", "cudaErrorNotReady", "", "PyTorch polls its streams"),
-    (
-        "cuGetProcAddress",
-        "CUDA_ERROR_NOT_FOUND",
-        "",
-        "cuda-bindings looks up entry points this driver does not have",
-    ),  # fmt: skip
-    (
-        "",
-        "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
-        "illegal_work_during_capture",
-        "work capture forbids, done on purpose: vram must fail as the sim does",
-    ),  # fmt: skip
-    (
-        "",
-        "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
-        "illegal_work_during_capture",
-        "the capture that forbidden work invalidated, ended on purpose",
-    ),  # fmt: skip
-    (
-        "",
-        "CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
-        "illegal_work_during_capture",
-        "a wait on an event outside the capture, done on purpose",
-    ),  # fmt: skip
-    (
-        "",
-        "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
-        "illegal_work_during_capture",
-        "legacy-stream work during capture, done on purpose",
-    ),  # fmt: skip
+    ("cuGetProcAddress", "CUDA_ERROR_NOT_FOUND", "", "cuda-bindings looks up entry points"),
+    ("", "", "illegal_work_during_capture", "what capture forbids, done on purpose (vs the sim)"),
 )
 
 
@@ -164,11 +136,10 @@ def _call(name: str) -> str:
 
 
 def why(call: str, error: str, test: str) -> str | None:
-    """The reason an API error is deliberate, or None."""
-    for known_call, known_error, tests, reason in WHY:
-        if error == known_error and (not known_call or _call(call) == known_call):
-            if not tests or tests in test:
-                return reason
+    """The reason an API error that ``test`` made is deliberate, or None."""
+    for known_call, known_error, by, reason in WHY:
+        if known_error in ("", error) and known_call in ("", _call(call)) and by in test:
+            return reason
     return None
 
 
@@ -215,14 +186,18 @@ def wait(processes: dict[str, subprocess.Popen], seconds: float) -> dict[str, di
 
 def summary(run: Run, report: Report, ended: dict, log: Path) -> dict:
     """One run's row of the JSON."""
-    deliberate, unexpected = [], []
+    listed: dict[tuple[str, str, str | None], dict] = {}  # (call, error, why) -> a row
     for row in report.grouped("api"):
-        tests = list(row["tests"])
-        reason = why(row["where"], row["what"], " ".join(tests))
-        if reason:
-            deliberate.append({**row, "why": reason})
-        else:
-            unexpected.append(row)
+        for test, count in row["tests"].items():
+            reason = why(row["where"], row["what"], test)
+            found = listed.setdefault(
+                (row["where"], row["what"], reason),
+                {"what": row["what"], "where": row["where"], "count": 0, "tests": {}},
+            )
+            found["count"] += count
+            found["tests"][test] = count
+    deliberate = [{**row, "why": key[2]} for key, row in listed.items() if key[2]]
+    unexpected = [row for key, row in listed.items() if not key[2]]
     outcomes = report.outcomes
     counts = {kind: sum(v == kind for v in outcomes.values()) for kind in set(outcomes.values())}
     failed = sorted(test for test, outcome in outcomes.items() if outcome in ("FAILED", "ERROR"))
