@@ -14,11 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/vram-out}
 mkdir -p "$OUT" /tmp/vram-results
-if compgen -G ".whl/*.whl" > /dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-fi
-export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+source bench/_gpu_env.sh || exit 1
 
 case "${1:-tests}" in
 tests)

@@ -60,6 +60,7 @@ _ENV_VARS = (
     "VRAM_NO_CACHING",
     "VRAM_SIM_MEMORY",
     "VRAM_SIM_DEVICES",
+    "VRAM_SNAPSHOT_LIMITS",
 )
 _PACKAGES = ("numpy", "ml_dtypes", "cuda-bindings", "cuda-core", "rich")
 _BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"  # present in a source checkout

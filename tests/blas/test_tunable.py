@@ -190,3 +190,21 @@ def test_filename_with_device_ordinal(sim0):
 
 def test_validators_are_named_pairs():
     assert tunable.get_validators()[0][0] == "VRAM_VERSION"
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        # a field past the csv module's 128 KiB limit raised its internal _csv.Error
+        (b"Validator,CUBLAS_VERSION," + b"x" * (200 << 10) + b"\n", "field larger than"),
+        (b"\xff\xfe\x00binary", "codec can't decode"),
+        (b"GemmTunableOp_float_NN,nn_8_8_8_ld_8_8_8,Default,fast\n", "could not convert"),
+    ],
+    ids=["long-field", "binary", "bad-time"],
+)
+def test_a_file_that_cannot_be_read_returns_false(fresh, content, why):
+    path = fresh / "bad.csv"
+    path.write_bytes(b"".join(f"Validator,{k},{v}\n".encode() for k, v in VALIDATORS) + content)
+    with pytest.warns(RuntimeWarning, match=f"cannot read .*{why}"):
+        assert tunable.read_file(str(path)) is False
+    assert tunable.get_results() == ()

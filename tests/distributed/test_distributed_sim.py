@@ -15,7 +15,7 @@ import pytest
 
 import vram
 import vram.distributed as dist
-from vram.distributed._rendezvous import rendezvous
+from vram.distributed._rendezvous import rendezvous, tcp_address
 from vram.driver._simcomm import reduce_in_rank_order
 
 WORKERS = Path(__file__).parent / "workers"
@@ -137,6 +137,37 @@ def test_init_without_the_launchers_environment_names_the_variable(monkeypatch):
         dist.init_process_group()
     with pytest.raises(ValueError, match="backend"):
         dist.init_process_group(backend="gloo", world_size=1, rank=0)
+
+
+@pytest.mark.parametrize(
+    ("init_method", "error", "message"),
+    [
+        (
+            "bogus://x",
+            RuntimeError,
+            r"^No rendezvous handler for bogus:// \(vram has env://, tcp://\)",
+        ),
+        ("file:///tmp/rdzv", RuntimeError, r"^No rendezvous handler for file://"),
+        ("localhost:29500", RuntimeError, r"^No rendezvous handler for localhost://"),
+        ("tcp://localhost", ValueError, r"expected 'tcp://HOST:PORT', got 'tcp://localhost'"),
+        ("tcp://:29500", ValueError, r"expected 'tcp://HOST:PORT'"),
+        ("tcp://localhost:port", ValueError, r"expected 'tcp://HOST:PORT'"),
+        (29500, RuntimeError, r"`url` must be a string"),
+    ],
+)
+def test_an_init_method_without_a_handler_is_torchs_error(sim0, init_method, error, message):
+    """As torch.distributed: a group of one still checks it, and joins nothing."""
+    with pytest.raises(error, match=message):
+        dist.init_process_group(init_method=init_method, world_size=1, rank=0, device_id="sim:0")
+    assert not dist.is_initialized()
+
+
+def test_env_and_tcp_init_methods_are_taken(sim0):
+    for init_method in ("env://", "tcp://127.0.0.1:29500", "tcp://[::1]:29500?rank=0"):
+        dist.init_process_group(init_method=init_method, world_size=1, rank=0, device_id="sim:0")
+        dist.destroy_process_group()
+    assert tcp_address("tcp://[::1]:29500") == ("::1", 29500)
+    assert tcp_address("env://") is None
 
 
 def test_collective_runs_on_the_comm_stream_after_the_current_stream(group):

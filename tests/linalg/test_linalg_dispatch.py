@@ -76,6 +76,44 @@ def test_without_clusters_tall_batches_go_to_the_side_streams(monkeypatch):
         assert plan_lu(4096, 4096, 4, "float32").path == "blocked"  # cluster panels
 
 
+@pytest.fixture
+def clusters_setting(monkeypatch):
+    """``set(text)``: VRAM_LINALG_CLUSTERS for the rest of the test, read afresh
+    (clusters_on keeps its answer per device)."""
+
+    def set_to(text: str) -> None:
+        monkeypatch.setenv(_blocked.CLUSTERS_VARIABLE, text)
+        _blocked.clusters_on.cache_clear()
+
+    yield set_to
+    _blocked.clusters_on.cache_clear()  # the next test reads the restored environment
+
+
+def test_vram_linalg_clusters_0_runs_no_cluster_panels(sim0, clusters_setting):
+    """The switch for tools that cannot follow a cluster's bulk copies: panels as on a
+    device before sm_90 (tall panels, side streams past them), the same factors."""
+    a = random((3, 300, 300), vram.float32, seed=3)
+    factors = {}
+    for text in ("1", "0"):
+        clusters_setting(text)
+        with _dispatch.forced("blocked"):
+            LU, pivots = vram.linalg.lu_factor(vram.tensor(a, device=sim0))
+        factors[text] = (LU.numpy(), pivots.numpy())
+        first = _blocked.panel_config("float32", 300, 3, _blocked.clusters_on(sim0))
+        assert first.blocks == (_blocked.CLUSTER if text == "1" else 1)
+    assert plan_lu(2048, 2048, 17, "float64") == Plan("streams", 8, TABLE.getrf_algo)
+    with _dispatch.forced("blocked"):
+        assert plan_lu(4096, 4096, 4, "float32").path == "cusolver"
+    np.testing.assert_array_equal(factors["0"][0], factors["1"][0])
+    np.testing.assert_array_equal(factors["0"][1], factors["1"][1])
+    for text, on in ((" off ", False), ("False", False), ("no", False), ("on", True)):
+        clusters_setting(text)
+        assert _blocked.clusters_on(sim0) is on
+    clusters_setting("sometimes")
+    with pytest.raises(ValueError, match=r"^VRAM_LINALG_CLUSTERS: expected 1 or 0 .*'sometimes'"):
+        vram.linalg.lu_factor(vram.tensor(a, device=sim0))
+
+
 def test_tall_and_cluster_panels_take_tall_panels_of_small_batches():
     """``CLUSTER_FROM``: on devices that have clusters, batches of up to 32, panels of 257
     rows and more go to cluster panels; ``TALL_FROM``: elsewhere, batches of up to 16,

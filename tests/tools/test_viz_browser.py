@@ -3,7 +3,9 @@ shows the timeline. Skipped where no Chromium is installed."""
 
 from __future__ import annotations
 
+import html
 import json
+import pickle
 import re
 import shutil
 import subprocess
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from vram import cli
 from vram.tools.viz import write_html
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -124,3 +127,34 @@ def test_a_crafted_snapshot_runs_no_script(tmp_path):
     assert re.search(r'<html[^>]*\sdata-viz-status="ok"', dom), dom[:2000]
     assert not re.search(rf"<html[^>]*\s{MARK}=", dom)  # the payload never ran
     assert "&lt;img src=x onerror=" in dom  # shown as text
+
+
+def _tagged(marker: str) -> str:
+    """A snapshot string that closes the page's data <script> and opens one of its own,
+    which marks the page if it runs."""
+    return f"</script><script>document.documentElement.setAttribute('{MARK}','{marker}')</script>"
+
+
+def test_script_tags_in_frame_and_file_names_show_as_text(tmp_path, capsys):
+    name, filename = "forward" + _tagged("name"), _tagged("file") + ".py"
+    frame = {"name": name, "filename": filename, "line": 7}
+    event = {"action": "alloc", "addr": 1 << 21, "size": 4096, "stream": 0, "frames": [frame]}
+    block = {"address": 1 << 21, "size": 4096, "state": "active_allocated", "frames": [frame]}
+    segment = {"address": 1 << 21, "total_size": 2 << 20, "frames": [frame], "blocks": [block]}
+    # the snapshot's own file name (the page's title) carries a tag too (a name has no "/")
+    path = tmp_path / f"<script>document.documentElement.setAttribute('{MARK}','title')<.pickle"
+    path.write_bytes(pickle.dumps({"segments": [segment], "device_traces": [[event]]}))
+    page = tmp_path / "tags.html"
+    assert cli.main(["viz", str(path), "-o", str(page)]) == 0
+    capsys.readouterr()
+
+    for selftest in (False, True):  # as opened (the allocation's details), then every path
+        dom = _dom(tmp_path, page, selftest=selftest)
+        assert re.search(r'<html[^>]*\sdata-viz-status="ok"', dom), dom[:2000]
+        assert not re.search(rf"<html[^>]*\s{MARK}=", dom)  # no tag ran
+    # shown as text: the details of the allocation the page opens with, and the title
+    dom = _dom(tmp_path, page)
+    escaped = html.escape(f"{name} ({filename}:7)", quote=False)
+    shown = re.search(r'<div class="frames">(.*?)</div>', dom, re.S)
+    assert shown and shown[1] == escaped, dom[:3000]
+    assert f"<h1>{html.escape(path.name, quote=False)}</h1>" in dom

@@ -283,11 +283,19 @@ def _load_once(device_kind: str, device_index: int) -> None:
 
 def read_file(filename: str, device_kind: str = "cuda") -> bool:
     """Merge the results of a TunableOp CSV file (existing results win); False, with a
-    warning, when it cannot be read or its validators differ from this process's."""
+    warning, when it cannot be read (missing, not text, not CSV, a time that is not a
+    number) or its validators differ from this process's. Nothing is merged then."""
     try:
         with open(filename, newline="") as f:
             rows = [row for row in csv.reader(f) if row]
-    except OSError as exc:
+        results = [
+            (row[0], row[1], row[2], float(row[3]) if len(row) > 3 and row[3] else 0.0)
+            for row in rows
+            if row[0] != "Validator" and len(row) >= 3
+        ]
+    except (OSError, csv.Error, ValueError) as exc:
+        # csv.Error: a field longer than the csv module's limit (128 KiB); ValueError: a
+        # time that is not a number, or bytes that are not text (UnicodeDecodeError)
         warnings.warn(f"TunableOp: cannot read {filename!r}: {exc}", RuntimeWarning, stacklevel=2)
         return False
     found = {row[1]: row[2] for row in rows if row[0] == "Validator" and len(row) >= 3}
@@ -301,11 +309,8 @@ def read_file(filename: str, device_kind: str = "cuda") -> bool:
         )
         return False
     with state.lock:
-        for row in rows:
-            if row[0] == "Validator" or len(row) < 3:
-                continue
-            ms = float(row[3]) if len(row) > 3 and row[3] else 0.0
-            state.results.setdefault(row[0], {}).setdefault(row[1], (row[2], ms))
+        for op, params, solution, ms in results:
+            state.results.setdefault(op, {}).setdefault(params, (solution, ms))
         state.changed()
     return True
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from .._device import Device, as_device, default_device, set_device
 from .._streams import Stream
 from ..driver import Communicator, communicator_type
-from ._rendezvous import rendezvous
+from ._rendezvous import rendezvous, tcp_address
 
 __all__ = [
     "ProcessGroup",
@@ -71,17 +71,8 @@ def _env_int(name: str, given: int) -> int:
         raise ValueError(f"{name}: expected an integer, got {text!r}") from None
 
 
-def _master(init_method: str | None) -> tuple[str, int]:
-    """Where rank 0 listens: ``tcp://HOST:PORT``, or ``env://`` (MASTER_ADDR, MASTER_PORT)."""
-    if init_method is not None and init_method != "env://":
-        if not init_method.startswith("tcp://"):
-            raise ValueError(
-                f"init_method: expected 'env://' or 'tcp://HOST:PORT', got {init_method!r}"
-            )
-        host, _, port = init_method[len("tcp://") :].rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"init_method: expected 'tcp://HOST:PORT', got {init_method!r}")
-        return host.strip("[]"), int(port)
+def _master() -> tuple[str, int]:
+    """Where rank 0 listens by ``env://``: MASTER_ADDR and MASTER_PORT."""
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if name not in os.environ:
             raise ValueError(
@@ -121,6 +112,7 @@ def init_process_group(
     global _group
     if backend not in (None, "nccl", "sim"):
         raise ValueError(f"backend: vram runs 'nccl' (or 'sim'), got {backend!r}")
+    address = tcp_address(init_method)  # a bad init_method fails at once, alone or not
     with _lock:
         if _group is not None:
             raise RuntimeError("trying to initialize the default process group twice!")
@@ -136,7 +128,7 @@ def init_process_group(
         published, state = kind.offer(me)
         seconds = _seconds(timeout)
         if world > 1:
-            addr, port = _master(init_method)
+            addr, port = address or _master()
             everyone = rendezvous(addr, port, me, world, published, seconds)
         else:
             everyone = [published]

@@ -5,6 +5,10 @@ rank connects, sends its rank and the bytes it publishes, and gets back every ra
 in rank order. For NCCL the bytes are rank 0's unique id (NCCL bootstraps itself from it
 and carries all data over its own transports); for the simulated GPU, each rank's address
 of the local transport. Nothing but these few bytes goes through here.
+
+Where rank 0 listens comes from ``init_method`` as torch.distributed reads it: ``env://``
+(``MASTER_ADDR`` and ``MASTER_PORT``) or ``tcp://HOST:PORT``; any other scheme is
+torch's RuntimeError ("No rendezvous handler for ...").
 """
 
 from __future__ import annotations
@@ -13,11 +17,38 @@ import ipaddress
 import socket
 import struct
 import time
+from urllib.parse import urlsplit
 
-__all__ = ["rendezvous"]
+__all__ = ["rendezvous", "tcp_address"]
 
 _HELLO = struct.Struct("<iiq")  # rank, world size, bytes that follow
 _RETRY = 0.05  # seconds between attempts to reach rank 0
+
+
+_HANDLERS = ("env", "tcp")  # torch.distributed also has file://, which vram does not
+
+
+def tcp_address(init_method: str | None) -> tuple[str, int] | None:
+    """(host, port) of a ``tcp://HOST:PORT`` init_method; None for ``env://`` (and None: the
+    environment says). RuntimeError, torch.distributed's, for a scheme without a handler;
+    ValueError for a tcp:// URL without a host and port."""
+    if init_method is None:
+        return None
+    if not isinstance(init_method, str):
+        raise RuntimeError(f"`url` must be a string. {type(init_method)}: {init_method}")
+    url = urlsplit(init_method)
+    if url.scheme not in _HANDLERS:
+        known = ", ".join(f"{scheme}://" for scheme in _HANDLERS)
+        raise RuntimeError(f"No rendezvous handler for {url.scheme}:// (vram has {known})")
+    if url.scheme == "env":
+        return None
+    try:
+        port = url.port
+    except ValueError:
+        port = None
+    if not url.hostname or port is None:
+        raise ValueError(f"init_method: expected 'tcp://HOST:PORT', got {init_method!r}")
+    return url.hostname, port
 
 
 def _send(sock: socket.socket, rank: int, world: int, data: bytes) -> None:

@@ -34,6 +34,7 @@ see ``vram.linalg``), as do matrices of more than ``MAX_ROWS`` rows.
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from typing import Any, NamedTuple
 
@@ -60,6 +61,7 @@ __all__ = [
     "SOLVE_COLUMNS_MAX_N",
     "SOLVE_COLUMNS_THREADS",
     "clusters_on",
+    "CLUSTERS_VARIABLE",
     "supports",
     "panel_config",
     "one_panel",
@@ -269,11 +271,29 @@ def solve_tile(n: int, nrhs: int) -> int:
     return SOLVE_RHS
 
 
+CLUSTERS_VARIABLE = "VRAM_LINALG_CLUSTERS"
+
+
 @cache
 def clusters_on(device: Any) -> bool:
     """Whether ``device`` runs thread block clusters (compute capability 9.0 and later; the
-    simulated GPU is an H100). Asked once a device: every LU call asks."""
+    simulated GPU is an H100), unless VRAM_LINALG_CLUSTERS=0 says not to. Asked once a
+    device and process: every LU call asks.
+
+    VRAM_LINALG_CLUSTERS=0 (or false, no, off) gives the panels that clusters would take to
+    one block each, as on a device before sm_90: for tools that cannot follow a cluster's
+    bulk copies, so that they check everything else (compute-sanitizer's memcheck:
+    bench/sanitize/cluster_probe.py shows what it reports and why).
+    """
     if device.type not in ("cuda", "sim"):
+        return False
+    raw = os.environ.get(CLUSTERS_VARIABLE, "1")
+    text = raw.strip().lower()
+    if text not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ValueError(
+            f"{CLUSTERS_VARIABLE}: expected 1 or 0 (true/false, yes/no, on/off), got {raw!r}"
+        )
+    if text in ("0", "false", "no", "off"):
         return False
     return device.driver.properties(device.index).major >= 9
 

@@ -206,12 +206,20 @@ __device__ __forceinline__ void record_info(const PanelArgs& args, i64 b, int fi
     if (first_zero != 0 && args.failed != 0) *reinterpret_cast<volatile int*>(args.failed) = 1;
 }
 
-// Every thread of the cluster meets here; the release and acquire make each block's
-// shared memory writes (here: its mbarriers' initialization) visible to the others.
+// A cluster barrier in two halves: every thread of the cluster arrives, then waits until
+// every thread has arrived; the release and acquire make each block's shared memory writes
+// before its arrival (its mbarriers' initialization) visible to the others after the wait.
+template <int CLUSTER> __device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+
+template <int CLUSTER> __device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 template <int CLUSTER> __device__ __forceinline__ void cluster_barrier() {
-    asm volatile(
-        "barrier.cluster.arrive.release.aligned;\n\t"
-        "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    cluster_arrive<CLUSTER>();
+    cluster_wait<CLUSTER>();
 }
 
 // The cluster's exchange of offers (sm_90): each block sends its offer (its best row's
@@ -585,8 +593,14 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
         }
     }
 
-    // (a block of a cluster may leave: every offer sent to it has arrived, none is read
-    // remotely; and every block has read what U12 replaces, before it sent its first offer)
+    // Note [Leaving a cluster]: a block's shared memory must outlive every distributed
+    // shared memory operation on it, and its last offers may still be on their way out (a
+    // bulk copy's completion is counted at the receiver, not at the sender). So each block
+    // arrives once every offer sent to it has arrived (its last wait is behind it), and waits
+    // for the others just before it leaves: then every copy, its read of the source
+    // included, is done. The factors' stores in between hide the wait. (Every block has also
+    // read what U12 replaces before it sent its first offer.)
+    if constexpr (CLUSTER > 1) cluster_arrive<CLUSTER>();
     if (leader) record_info(args, b, (int)first_zero);
     T* out = reinterpret_cast<T*>(args.lu) + b * args.lu_stride;
 #pragma unroll
@@ -606,6 +620,7 @@ __global__ void __launch_bounds__(THREADS) panel(const PanelArgs args) {
             if (c < jb) out[(k0 - p + j) + (k0 + c) * m] = prev.upper[j][c];
         }
     }
+    if constexpr (CLUSTER > 1) cluster_wait<CLUSTER>();
 }
 
 // The same step for a panel of at most 32 rows (a whole matrix of n <= 32, or the last
