@@ -46,7 +46,7 @@ from .._units import parse_bytes
 from ._base import DeviceProperties, Driver
 from ._simgraph import SimGraphs
 from ._simpool import SimMemPool
-from ._work import Launch, Launcher, host_arguments
+from ._work import Launch, Launcher, Query, fixed_touches, host_arguments, host_values
 
 __all__ = ["SimDriver", "check_capacity", "MAX_DEVICES", "MAX_CAPACITY"]
 
@@ -610,24 +610,32 @@ class SimDriver(SimGraphs, Driver):
         """``launch`` ready to run (see Driver.prepare): a run queues the work's NumPy
         reference on the stream, over views of the simulated memory made when it runs."""
         self._mem(device)
-        reference, values, views = launch.work.reference, launch.values, launch.views
+        reference, views = launch.work.reference, launch.views
         extents = tuple(
             (i, *v.extent()) for i, v in enumerate(views) if v is not None and v.extent()[1]
         )
-        view, enqueue = self.view, self.enqueue
+        fixed: list[tuple] = []  # the Fixed values' touches, found when first observed
+        view = self.view
 
         def run(stream: int, *args: Any) -> None:
             def work() -> None:
-                reference(*host_arguments(launch, args, view), *values)
+                reference(*host_arguments(launch, args, view), *host_values(launch, view))
 
-            touches = ()
+            touches: tuple = ()
             if self.observers:
-                touches = tuple((args[i] + low, nbytes) for i, low, nbytes in extents)
-            enqueue(stream, work, touches)
+                if not fixed:
+                    fixed.append(fixed_touches(launch))
+                touches = tuple((args[i] + low, nbytes) for i, low, nbytes in extents) + fixed[0]
+            self.enqueue(stream, work, touches)  # (looked up a run: every launch goes there)
             if self.launch_blocking:
                 self._wait_blocking(stream, launch)
 
         return run
+
+    def ask(self, device: int, query: Query, *args: Any) -> Any:
+        """The simulated library's answer: ``query.reference(*args)``."""
+        self._mem(device)
+        return query.reference(*args)
 
     def _wait_blocking(self, stream: int, launch: Launch) -> None:
         """CUDA_LAUNCH_BLOCKING: run the work just queued; a failure names it."""
