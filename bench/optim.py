@@ -84,20 +84,26 @@ def vram_setup(device: vram.Device, shapes, dtype: str, seed: int = 0):
 
 
 def count_vram_launches(device: vram.Device, step: Callable[[], None]) -> int:
-    driver = device.driver
-    name = "launch" if device.type == "cuda" else "enqueue"
-    original = getattr(driver, name)
+    """multi_tensor_apply launches of one ``step`` (each plan's ``launch`` counts its own)."""
     count = [0]
+    plans = (_multi_tensor.TensorListPlan, _multi_tensor.ElementListPlan)
+    originals = [plan.launch for plan in plans]
 
-    def counting(*args, **kwargs):
-        count[0] += 1
-        return original(*args, **kwargs)
+    def counting(original: Callable[..., int]) -> Callable[..., int]:
+        def launch(*args, **kwargs) -> int:
+            done = original(*args, **kwargs)
+            count[0] += done
+            return done
 
-    setattr(driver, name, counting)
+        return launch
+
+    for plan, original in zip(plans, originals, strict=True):
+        plan.launch = counting(original)  # type: ignore[method-assign]
     try:
         step()
     finally:
-        setattr(driver, name, original)
+        for plan, original in zip(plans, originals, strict=True):
+            plan.launch = original  # type: ignore[method-assign]
     return count[0]
 
 
