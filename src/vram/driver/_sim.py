@@ -512,7 +512,9 @@ class SimDriver(SimGraphs, Driver):
 
     # ---- memory access for the sim kernels -------------------------------------------
     def view(self, ptr: int, nbytes: int) -> np.ndarray:
-        """A writable uint8 view of ``nbytes`` of device memory at ``ptr``."""
+        """A writable uint8 view of ``nbytes`` of device memory at ``ptr``, or of page-locked
+        host memory (``host_alloc``'s), which kernels reach at its own address as on a GPU
+        (unified addressing)."""
         for mem in self._memory:
             rng = mem.find(ptr)
             if rng is None:
@@ -523,6 +525,10 @@ class SimDriver(SimGraphs, Driver):
             if rng.kind == "reserve" and not _covered(rng.mapped, offset, nbytes):
                 break
             return rng.buffer[offset : offset + nbytes]
+        with self._lock:
+            for start, buffer in self._host.items():
+                if start <= ptr and ptr + nbytes <= start + buffer.nbytes:
+                    return buffer[ptr - start : ptr - start + nbytes]
         raise CudaError("memory access", "CUDA_ERROR_ILLEGAL_ADDRESS", f"{nbytes} B at {ptr:#x}")
 
     # ---- streams -------------------------------------------------------------------
