@@ -11,6 +11,7 @@ import pytest
 
 import vram
 from vram.driver import cuda_usable
+from vram.ops import _multi_tensor
 from vram.optim import SGD, Adam, AdamW
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_usable(), reason="no CUDA GPU")]
@@ -211,13 +212,20 @@ def test_two_hundred_tensors_step_in_two_launches(monkeypatch):
         p.grad = vram.ones(p.shape, device=device)
     opt = Adam(ps, fused=True)
     opt.step()
-    launches = []
-    original = device.driver.launch
-    monkeypatch.setattr(
-        device.driver, "launch", lambda *a, **k: (launches.append(a[0]), original(*a, **k))
-    )
+    launches = []  # per plan launched: its launches (the plans launch through the seam)
+
+    def counting(original):
+        def launch(*args, **kwargs):
+            done = original(*args, **kwargs)
+            launches.append(done)
+            return done
+
+        return launch
+
+    for plan in (_multi_tensor.TensorListPlan, _multi_tensor.ElementListPlan):
+        monkeypatch.setattr(plan, "launch", counting(plan.launch))
     opt.step()
-    assert len(launches) == 2
+    assert sum(launches) == 2  # steps += 1, then the update
     vram.synchronize(device)
     assert opt.state[ps[0]]["step"].item() == 2.0
 

@@ -189,8 +189,8 @@ class PackedParams:
         per_call: list[tuple[int, str]] = []  # (parameter index, format)
         constants: list[tuple[int, bytes, int]] = []  # (index, bytes, alignment)
         for i, p in enumerate(params):
-            if isinstance(p, Arg):
-                per_call.append((i, p.format))
+            if isinstance(p, Arg):  # (a pointer packs as an unsigned 64-bit integer: "P" is
+                per_call.append((i, p.format.replace("P", "Q")))  # struct's native mode only)
             else:
                 constants.append((i, *_constant_bytes(p)))
         offsets: dict[int, int] = {}
