@@ -155,3 +155,34 @@ def test_foreach_kernels_compile_with_the_largest_metadata(nvrtc):
     program = nvrtc(_source(), "sm_90", tuple(names))
     assert program.kind == "cubin"
     assert all(program.lowered_names[name].startswith("_Z") for name in names)
+
+
+def test_a_launch_packs_its_metadata_once_and_the_kernels_arguments_per_call(sim0):
+    """What a GPU launch of the plan reads (driver._work.PackedParams, as the cuda driver
+    prepares it): the metadata by value, the tile, then the kernel's own arguments."""
+    import ctypes
+    import struct
+
+    from vram.driver._work import Arg, PackedParams
+    from vram.optim import _fused
+
+    tensors = [vram.zeros(100 + i, device=sim0) for i in range(3)]
+    steps = [vram.zeros((), device=sim0) for _ in range(3)]
+    plan = mt.TensorListPlan([tensors] * 4, steps)
+    item = plan.launches[0]
+    launch = plan._launch(_fused._ADAM, "k<{N}>", _fused._ADAM_PARAMS, (), item)
+    assert launch.entry == f"k<{plan.n}>"
+    packed = PackedParams(launch.params)
+    packed.fill((1e-3, 0.9, 0.999, 0.01, 1e-8, 0, 0xABC0, 0, 1, 0))
+
+    def at(index: int, fmt: str) -> tuple:
+        size = struct.calcsize("<" + fmt)
+        return struct.unpack("<" + fmt, ctypes.string_at(packed.pointers[index], size))
+
+    meta = item.meta.tobytes()
+    assert ctypes.string_at(packed.pointers[0], len(meta)) == meta
+    assert at(1, "i") == (mt.TILE,)
+    assert [at(i, "d")[0] for i in range(2, 7)] == [1e-3, 0.9, 0.999, 0.01, 1e-8]
+    assert [at(i, "Q")[0] for i in range(7, 10)] == [0, 0xABC0, 0]
+    assert [at(i, "i")[0] for i in (10, 11)] == [1, 0]
+    assert _fused._ADAM_PARAMS == (*(Arg("d"),) * 5, *(Arg("P"),) * 3, Arg("i"), Arg("i"))
