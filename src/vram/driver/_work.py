@@ -20,8 +20,8 @@ once, and calls the prepared launcher for every run:
 - cpu devices have no driver: ``run_on_host`` calls the reference at once over host memory.
 
 Two more things a library needs declare the same way:
-- ``Fixed(pointers, views)`` in ``values``: pointers fixed when the launch is planned that the
-  reference reads or writes as arrays (a kernel's pointers that sit in a constant struct, as
+- ``Fixed(pointers, counts, dtypes)`` in ``values``: arrays fixed when the launch is planned
+  that the reference reads or writes (a kernel's pointers that sit in a constant struct, as
   multi_tensor_apply's metadata): the reference gets the list of arrays, and the sim counts
   them among the memory the work touches.
 - ``Query(name, cuda, reference)``: a question the device's library answers on the host at
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,21 +126,30 @@ class View:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Fixed:
-    """Pointers fixed when a launch is planned, for ``Launch.values``: the reference gets
-    the list of arrays ``views[i]`` describes at ``pointers[i]`` (made when the work runs);
-    the cuda kernel has them in its constant parameters."""
+    """Arrays fixed when a launch is planned, for ``Launch.values``: the reference gets the
+    list of 1-D contiguous arrays of ``counts[i]`` elements of ``dtypes[i]`` at
+    ``pointers[i]`` (made when the work runs); the cuda kernel has the pointers in its
+    constant parameters. Sequences of any kind (NumPy arrays too: a plan of many tensors
+    makes them without a Python object per pointer)."""
 
-    pointers: tuple[int, ...]
-    views: tuple[View, ...]
+    pointers: Sequence[int]
+    counts: Sequence[int]
+    dtypes: Sequence[np.dtype]
+
+    def arrays(self, view: Callable[[int, int], Any]) -> list[np.ndarray]:
+        """The arrays, over memory ``view(start, nbytes)`` gives."""
+        return [
+            strided_array(view, int(p), View((int(n),), (dt.itemsize,), dt))
+            for p, n, dt in zip(self.pointers, self.counts, self.dtypes, strict=True)
+        ]
 
     def touches(self) -> tuple[tuple[int, int], ...]:
         """The (start, nbytes) ranges of memory the arrays span."""
-        found = []
-        for ptr, v in zip(self.pointers, self.views, strict=True):
-            low, nbytes = v.extent()
-            if nbytes:
-                found.append((ptr + low, nbytes))
-        return tuple(found)
+        return tuple(
+            (int(p), int(n) * dt.itemsize)
+            for p, n, dt in zip(self.pointers, self.counts, self.dtypes, strict=True)
+            if n
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -252,12 +261,7 @@ def host_values(launch: Launch, view: Callable[[int, int], Any]) -> tuple[Any, .
     values = launch.values
     if not any(type(v) is Fixed for v in values):
         return values
-    return tuple(
-        [strided_array(view, p, w) for p, w in zip(v.pointers, v.views, strict=True)]
-        if type(v) is Fixed
-        else v
-        for v in values
-    )
+    return tuple(v.arrays(view) if type(v) is Fixed else v for v in values)
 
 
 def fixed_touches(launch: Launch) -> tuple[tuple[int, int], ...]:

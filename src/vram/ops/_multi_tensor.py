@@ -38,7 +38,7 @@ import numpy as np
 
 from .._device import Device
 from .._tensor import Tensor
-from ..driver._work import Fixed, Kernel, Launch, Launcher, Query, View
+from ..driver._work import Fixed, Kernel, Launch, Query
 from ._plans import ask, launcher, stream_handle
 
 __all__ = [
@@ -114,15 +114,25 @@ def kernel_source(*paths: str) -> str:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class _Entries:
-    """What a launch's reference needs besides the arrays: per tensor entry its extra
-    number (None where there is none or it is a tensor) and whether its addresses in every
-    list are 16-byte aligned; ``width``: arrays per entry (the lists, and the extra
-    tensor's one element where extras are tensors)."""
+    """What a launch's reference needs besides the arrays (worked out when it runs, so that
+    a GPU's launch pays nothing for it): the entries' ``addresses`` (lists x entries), their
+    extras' 8-byte words (``values``: doubles' bits, or the extra tensors' addresses, or
+    None), and ``width``: arrays per entry (the lists, and the extra tensor's element)."""
 
-    extras: tuple[Any, ...]
-    aligned: tuple[bool, ...]
+    addresses: np.ndarray
+    values: np.ndarray | None
     width: int
     extra_tensor: bool
+
+    def extras(self) -> list[Any]:
+        """Each entry's extra number (None where there are none or they are tensors)."""
+        if self.values is None or self.extra_tensor:
+            return [None] * self.addresses.shape[1]
+        return self.values.view(np.float64).tolist()
+
+    def aligned(self) -> list[bool]:
+        """Whether each entry's addresses in every list are 16-byte aligned."""
+        return (self.addresses % 16 == 0).all(axis=0).tolist()
 
 
 def list_reference(step: Callable[..., None]) -> Callable[..., None]:
@@ -137,7 +147,7 @@ def list_reference(step: Callable[..., None]) -> Callable[..., None]:
         *own, arrays, entries = args
         width = entries.width
         depth = width - 1 if entries.extra_tensor else width
-        for i, (extra, aligned) in enumerate(zip(entries.extras, entries.aligned, strict=True)):
+        for i, (extra, aligned) in enumerate(zip(entries.extras(), entries.aligned(), strict=True)):
             found = arrays[i * width : (i + 1) * width]
             if entries.extra_tensor:
                 extra = found[depth]
@@ -184,7 +194,6 @@ class TensorListPlan:
         "launches",
         "dtypes",
         "_float_extras",
-        "_prepared",
     )
 
     def __init__(
@@ -207,7 +216,6 @@ class TensorListPlan:
         self.dtypes = tuple(lst[0].dtype for lst in lists)
         self.n = capacity(self.depth, self.extra, params_limit(self.device))
         self.launches: list[_Launch] = []
-        self._prepared: dict[tuple, list[Launcher]] = {}  # (kernel, entry, params, views)
         self._build(lists, extras, check)
 
     # ---- building ----------------------------------------------------------------------
@@ -288,6 +296,30 @@ class TensorListPlan:
         return _Launch(meta[()], blocks, (addresses, numels, values))
 
     # ---- running -----------------------------------------------------------------------
+    def prepare(
+        self, kernel: Kernel, entry: str, params: tuple = (), views: tuple = ()
+    ) -> Callable[..., int]:
+        """Every launch of the plan, prepared (``ops._plans.launcher``): ``kernel``'s instance
+        ``entry.format(N=capacity)`` with parameters (metadata, tile, *params); ``params``
+        are the kernel's own (``Arg``s are given at each run, ``views`` say how the
+        reference sees them). Returns ``run(stream, *args)``: every launch on ``stream`` (a
+        stream handle; None: the device's current stream), the number of launches. A caller
+        that runs it again keeps it (the optimizers do)."""
+        device = self.device
+        runs = [
+            launcher(device, self._launch(kernel, entry, params, views, item))
+            for item in self.launches
+        ]
+
+        def run(stream: int | None, *args: Any) -> int:
+            if stream is None:
+                stream = stream_handle(device)
+            for one in runs:
+                one(stream, *args)
+            return len(runs)
+
+        return run
+
     def launch(
         self,
         kernel: Kernel,
@@ -297,51 +329,30 @@ class TensorListPlan:
         args: tuple = (),
         stream: int | None = None,
     ) -> int:
-        """Run every launch of the plan on ``stream`` (a stream handle; None: the device's
-        current stream): ``kernel``'s instance ``entry.format(N=capacity)`` with parameters
-        (metadata, tile, *params); ``params`` are the kernel's own (``Arg``s are given by
-        ``args`` at each call, ``views`` say how the reference sees them). Returns the
-        number of launches. Each launch is prepared once per (kernel, entry, params, views).
-        """
-        key = (kernel, entry, params, views)
-        runs = self._prepared.get(key)
-        if runs is None:
-            runs = self._prepared[key] = [
-                launcher(self.device, self._launch(kernel, entry, params, views, item))
-                for item in self.launches
-            ]
-        if stream is None:
-            stream = stream_handle(self.device)
-        for run in runs:
-            run(stream, *args)
-        return len(runs)
+        """``prepare`` and run once; the number of launches."""
+        return self.prepare(kernel, entry, params, views)(stream, *args)
 
     def _launch(
         self, kernel: Kernel, entry: str, params: tuple, views: tuple, item: _Launch
     ) -> Launch:
         """One launch as the seam takes it: the metadata and tile first, and for the
-        reference every entry's arrays (``Fixed``) and what else it needs (``_Entries``)."""
+        reference every entry's arrays (``Fixed``, entry by entry: one array per list, then
+        the extra tensor's element) and what else it needs (``_Entries``)."""
         addresses, numels, values = item.entries
-        counts = numels.tolist()
-        columns = addresses.T.tolist()
-        pointers: list[int] = []
-        arrays: list[View] = []
+        count, depth = numels.size, self.depth
         extra_tensor = values is not None and not self._float_extras
-        extra_view = View((1,), (self.extra_dtype.itemsize,), self.extra_dtype)
-        extra_words = [] if values is None else values.tolist()
-        for i, (column, numel) in enumerate(zip(columns, counts, strict=True)):
-            pointers += column
-            arrays += [View((numel,), (dt.itemsize,), dt.np) for dt in self.dtypes]
-            if extra_tensor:
-                pointers.append(extra_words[i])
-                arrays.append(extra_view)
-        if values is None or extra_tensor:
-            extras: tuple[Any, ...] = (None,) * len(counts)
+        dtypes = tuple(dt.np for dt in self.dtypes)
+        if extra_tensor:
+            pointers = np.empty((count, depth + 1), np.uint64)
+            pointers[:, :depth] = addresses.T
+            pointers[:, depth] = values
+            counts = np.ones((count, depth + 1), np.int64)
+            counts[:, :depth] = numels[:, None]
+            dtypes += (self.extra_dtype,)
         else:
-            extras = tuple(values.view(np.float64).tolist())
-        aligned = tuple(all(a % 16 == 0 for a in column) for column in columns)
-        width = self.depth + (1 if extra_tensor else 0)
-        entries = _Entries(extras, aligned, width, extra_tensor)
+            pointers = addresses.T
+            counts = np.repeat(numels, depth)
+        fixed = Fixed(pointers.reshape(-1), counts.reshape(-1), dtypes * count)
         return Launch(
             kernel,
             entry.format(N=self.n),
@@ -349,7 +360,7 @@ class TensorListPlan:
             (BLOCK, 1, 1),
             (item.meta, np.int32(self.tile), *params),
             views,
-            (Fixed(tuple(pointers), tuple(arrays)), entries),
+            (fixed, _Entries(addresses, values, len(dtypes), extra_tensor)),
         )
 
 
@@ -358,20 +369,51 @@ class ElementListPlan:
     ``StepList<N>`` (addresses and a count; one thread per tensor); built once, launched any
     number of times. The reference (``element_reference``) sees each as a 1-element array."""
 
-    __slots__ = ("device", "n", "parts", "_prepared")
+    __slots__ = ("device", "n", "parts")
 
     def __init__(self, tensors: Sequence[Tensor]) -> None:
         self.device: Device = tensors[0].device
         self.n = (params_limit(self.device) - RESERVED - 8) // 8
         layout = np.dtype([("steps", np.uint64, (self.n,)), ("n", np.int32)], align=True)
         self.parts: list[tuple[np.void, list[int]]] = []
-        self._prepared: dict[tuple, list[Launcher]] = {}
         for first in range(0, len(tensors), self.n):
             pointers = [t.data_ptr() for t in tensors[first : first + self.n]]
             packed = np.zeros((), dtype=layout)
             packed["steps"][: len(pointers)] = pointers
             packed["n"] = len(pointers)
             self.parts.append((packed[()], pointers))
+
+    def prepare(
+        self, kernel: Kernel, entry: str, params: tuple = (), views: tuple = ()
+    ) -> Callable[..., int]:
+        """``kernel``'s ``entry.format(N=...)`` (parameters: the list, then ``params``) over
+        every part, prepared: ``run(stream, *args)`` as ``TensorListPlan.prepare``'s."""
+        device = self.device
+        one = np.dtype(np.float32)
+        runs = [
+            launcher(
+                device,
+                Launch(
+                    kernel,
+                    entry.format(N=self.n),
+                    (math.ceil(len(pointers) / _STEP_THREADS), 1, 1),
+                    (_STEP_THREADS, 1, 1),
+                    (packed, *params),
+                    views,
+                    (Fixed(pointers, (1,) * len(pointers), (one,) * len(pointers)),),
+                ),
+            )
+            for packed, pointers in self.parts
+        ]
+
+        def run(stream: int | None, *args: Any) -> int:
+            if stream is None:
+                stream = stream_handle(device)
+            for part in runs:
+                part(stream, *args)
+            return len(runs)
+
+        return run
 
     def launch(
         self,
@@ -382,30 +424,5 @@ class ElementListPlan:
         args: tuple = (),
         stream: int | None = None,
     ) -> int:
-        """Run ``kernel``'s ``entry.format(N=...)`` (parameters: the list, then ``params``,
-        given by ``args``) over every part on ``stream`` (a handle; None: the current
-        stream); returns the number of launches."""
-        key = (kernel, entry, params, views)
-        runs = self._prepared.get(key)
-        if runs is None:
-            one = View((1,), (4,), np.dtype(np.float32))
-            runs = self._prepared[key] = [
-                launcher(
-                    self.device,
-                    Launch(
-                        kernel,
-                        entry.format(N=self.n),
-                        (math.ceil(len(pointers) / _STEP_THREADS), 1, 1),
-                        (_STEP_THREADS, 1, 1),
-                        (packed, *params),
-                        views,
-                        (Fixed(tuple(pointers), (one,) * len(pointers)),),
-                    ),
-                )
-                for packed, pointers in self.parts
-            ]
-        if stream is None:
-            stream = stream_handle(self.device)
-        for run in runs:
-            run(stream, *args)
-        return len(runs)
+        """``prepare`` and run once; the number of launches."""
+        return self.prepare(kernel, entry, params, views)(stream, *args)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import operator
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -52,13 +53,19 @@ def group_by_device_and_dtype(
 
 
 class _Cached:
-    """The plans of one device and dtype: the update's and the steps'."""
+    """The plans of one device and dtype, the update's and the steps', and their prepared
+    launches (``runs``) by (kernel, which optional scalars it is given)."""
 
-    __slots__ = ("plan", "step_plan")
+    __slots__ = ("plan", "step_plan", "runs")
 
     def __init__(self, lists: list[list[Tensor]], steps: list[Tensor] | None) -> None:
         self.plan = TensorListPlan(lists, steps)
         self.step_plan = ElementListPlan(steps) if steps else None
+        self.runs: dict[tuple, Callable[..., int]] = {}
+
+    def keep(self, key: tuple, run: Callable[..., int]) -> Callable[..., int]:
+        self.runs[key] = run
+        return run
 
 
 class _Group:
@@ -167,6 +174,8 @@ _INCREMENT = Kernel(
     "increment_steps", kernel_source("optim/kernels/fused.cu"), element_reference(_increment)
 )
 _UNSKIP = Kernel("unskip_steps", _INCREMENT.source, element_reference(_unskip))
+_INCREMENT_ENTRY = "vram::optim::increment_steps<{N}>"
+_UNSKIP_ENTRY = "vram::optim::unskip_steps<{N}>"
 
 
 # ---- Adam / AdamW ----------------------------------------------------------------------------
@@ -199,25 +208,30 @@ def fused_adam(
         lr_value, lr_tensor = _lr(device, lr)
         scale = _on(device, grad_scale, "grad_scale")
         found = _on(device, found_inf, "found_inf")
-        assert cached.step_plan is not None
-        cached.step_plan.launch(_INCREMENT, "vram::optim::increment_steps<{N}>", stream=stream)
-        depth = len(lists)
-        kernel = f"vram::optim::fused_adam<{p_dtype.c_type}, {s_dtype.c_type}, {depth}, {{N}}>"
-        views = (None,) * 5 + (_view(lr_tensor), _view(scale), _view(found), None, None)
-        args = (
-            lr_value, beta1, beta2, weight_decay, eps, _pointer(lr_tensor), _pointer(scale),
-            _pointer(found), int(maximize), int(adamw),
+        step_plan = cached.step_plan
+        assert step_plan is not None
+        runs = cached.runs
+        increment = runs.get(("increment",))
+        if increment is None:
+            increment = cached.keep(("increment",), step_plan.prepare(_INCREMENT, _INCREMENT_ENTRY))
+        increment(stream)
+        given = ("adam", lr_tensor is not None, scale is not None, found is not None)
+        update = runs.get(given)
+        if update is None:
+            depth = len(lists)
+            entry = f"vram::optim::fused_adam<{p_dtype.c_type}, {s_dtype.c_type}, {depth}, {{N}}>"
+            views = (None,) * 5 + (_view(lr_tensor), _view(scale), _view(found), None, None)
+            update = cached.keep(given, cached.plan.prepare(_ADAM, entry, _ADAM_PARAMS, views))
+        update(
+            stream, lr_value, beta1, beta2, weight_decay, eps, _pointer(lr_tensor),
+            _pointer(scale), _pointer(found), int(maximize), int(adamw),
         )  # fmt: skip
-        cached.plan.launch(_ADAM, kernel, _ADAM_PARAMS, views, args, stream)
         if found is not None:
-            cached.step_plan.launch(
-                _UNSKIP,
-                "vram::optim::unskip_steps<{N}>",
-                (Arg("P"),),
-                (_SCALAR,),
-                (found.data_ptr(),),
-                stream,
-            )
+            unskip = runs.get(("unskip",))
+            if unskip is None:
+                prepared = step_plan.prepare(_UNSKIP, _UNSKIP_ENTRY, (Arg("P"),), (_SCALAR,))
+                unskip = cached.keep(("unskip",), prepared)
+            unskip(stream, found.data_ptr())
 
 
 def _vectorized(numel: int, aligned: bool) -> bool:
@@ -337,13 +351,17 @@ def fused_sgd(
         lr_value, lr_tensor = _lr(device, lr)
         scale = _on(device, grad_scale, "grad_scale")
         found = _on(device, found_inf, "found_inf")
-        kernel = f"vram::optim::fused_sgd<{p_dtype.c_type}, {len(lists)}, {{N}}>"
-        views = (None,) * 4 + (_view(lr_tensor), _view(scale), _view(found), None, None, None)
-        args = (
-            lr_value, weight_decay, momentum, dampening, _pointer(lr_tensor), _pointer(scale),
-            _pointer(found), int(nesterov), int(maximize), int(first_step),
+        given = ("sgd", lr_tensor is not None, scale is not None, found is not None)
+        update = cached.runs.get(given)
+        if update is None:
+            entry = f"vram::optim::fused_sgd<{p_dtype.c_type}, {len(lists)}, {{N}}>"
+            views = (None,) * 4 + (_view(lr_tensor), _view(scale), _view(found), None, None, None)
+            update = cached.keep(given, cached.plan.prepare(_SGD, entry, _SGD_PARAMS, views))
+        update(
+            stream_handle(device), lr_value, weight_decay, momentum, dampening,
+            _pointer(lr_tensor), _pointer(scale), _pointer(found), int(nesterov), int(maximize),
+            int(first_step),
         )  # fmt: skip
-        cached.plan.launch(_SGD, kernel, _SGD_PARAMS, views, args, stream_handle(device))
 
 
 def _sgd_step(
