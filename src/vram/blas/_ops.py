@@ -369,20 +369,19 @@ class _DirectPlan:
             pbias = po
         else:
             pbias = bias.data_ptr()
-        self.run_gemm(stream_handle(self.device), po, pa, pb, pbias, alpha, beta, self._space())
+        workspace = self._space() if self.workspace is not None else 0
+        self.run_gemm(stream_handle(self.device), po, pa, pb, pbias, alpha, beta, workspace)
         if self.activation:
             _activate(out, self.activation)
 
     def product(self, out: Tensor, a: Tensor, b: Tensor, pa: int, pb: int, po: int) -> None:
         """``out = a @ b`` (mm's form of ``run``: alpha 1, no bias, no activation)."""
-        self.run_gemm(stream_handle(self.device), po, pa, pb, po, 1.0, 0.0, self._space())
+        workspace = self._space() if self.workspace is not None else 0
+        self.run_gemm(stream_handle(self.device), po, pa, pb, po, 1.0, 0.0, workspace)
 
     def _space(self) -> int:
-        """The library's workspace on the current stream (0: it needs none)."""
-        found = self.workspace
-        if found is None:
-            return 0
-        size, library = found
+        """The library's workspace on the current stream."""
+        size, library = self.workspace
         return _memory.get_workspace(size, library=library, stream=current_stream(self.device))
 
 
