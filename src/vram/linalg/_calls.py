@@ -62,7 +62,6 @@ __all__ = [
     "GETRF",
     "XGETRF",
     "GETRS",
-    "XGETRS",
     "GETRF_WORKSPACE",
     "XGETRF_WORKSPACE",
     "kernel_names",
@@ -596,33 +595,18 @@ def _getrs_cuda(
     nrhs: int,
     lda: int,
     ldb: int,
+    wide: bool,
 ) -> None:
-    _cusolver.getrs(device, stream, dtype, trans, n, nrhs, a, lda, ipiv, b, ldb, info)
-
-
-def _xgetrs_cuda(
-    driver: Any,
-    device: int,
-    stream: int,
-    a: int,
-    ipiv: int,
-    b: int,
-    info: int,
-    dtype: str,
-    trans: int,
-    n: int,
-    nrhs: int,
-    lda: int,
-    ldb: int,
-) -> None:
-    _cusolver.xgetrs(device, stream, dtype, trans, n, nrhs, a, lda, ipiv, b, ldb, info)
+    """getrs, or with ``wide`` the 64-bit API's Xgetrs (int64 pivots)."""
+    solve = _cusolver.xgetrs if wide else _cusolver.getrs
+    solve(device, stream, dtype, trans, n, nrhs, a, lda, ipiv, b, ldb, info)
 
 
 def _getrs_reference(
     a: np.ndarray, ipiv: np.ndarray, b: np.ndarray, info: np.ndarray, dtype: str, trans: int,
     *values: Any,
 ) -> None:  # fmt: skip
-    """getrs and Xgetrs: int32 or int64 pivots."""
+    """getrs and Xgetrs: int32 or int64 pivots (the array's)."""
     _reference.getrs(a[None], ipiv[None, :], b[None], _TRANS[trans])
     info[:] = 0
 
@@ -630,4 +614,3 @@ def _getrs_reference(
 GETRF = LibraryCall("cusolverDn getrf", _getrf_cuda, _getrf_reference)
 XGETRF = LibraryCall("cusolverDnXgetrf", _xgetrf_cuda, _getrf_reference)
 GETRS = LibraryCall("cusolverDn getrs", _getrs_cuda, _getrs_reference)
-XGETRS = LibraryCall("cusolverDnXgetrs", _xgetrs_cuda, _getrs_reference)

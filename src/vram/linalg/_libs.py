@@ -185,53 +185,21 @@ class Libs:
         b: int,
         ldb: int,
         info: int,
+        wide: bool = False,
     ) -> None:
-        self._getrs(_calls.GETRS, _INT32, s, dtype, trans, n, nrhs, a, lda, ipiv, b, ldb, info)
-
-    def xgetrs(
-        self,
-        s: Stream,
-        dtype: str,
-        trans: int,
-        n: int,
-        nrhs: int,
-        a: int,
-        lda: int,
-        ipiv64: int,
-        b: int,
-        ldb: int,
-        info: int,
-    ) -> None:
-        self._getrs(_calls.XGETRS, _INT64, s, dtype, trans, n, nrhs, a, lda, ipiv64, b, ldb, info)
-
-    def _getrs(
-        self,
-        call: Any,
-        pivot_dt: np.dtype,
-        s: Stream,
-        dtype: str,
-        trans: int,
-        n: int,
-        nrhs: int,
-        a: int,
-        lda: int,
-        ipiv: int,
-        b: int,
-        ldb: int,
-        info: int,
-    ) -> None:
+        """getrs; with ``wide``, the 64-bit API's Xgetrs (``ipiv``: int64 pivots)."""
         device = s.device
-        key = (call, device, dtype, trans, n, nrhs, lda, ldb)
+        key = (_calls.GETRS, device, dtype, trans, n, nrhs, lda, ldb, wide)
 
         def make() -> Launch:
             dt = NP[dtype]
             views = (
                 _matrix(n, n, lda, dt),
-                _vector(n, pivot_dt),
+                _vector(n, _INT64 if wide else _INT32),
                 _matrix(n, nrhs, ldb, dt),
                 _vector(1, _INT32),
             )
-            return Launch(call, views=views, values=(dtype, trans, n, nrhs, lda, ldb))
+            return Launch(_calls.GETRS, views=views, values=(dtype, trans, n, nrhs, lda, ldb, wide))
 
         _prepared(device, key, make)(s.cuda_stream, a, ipiv, b, info)
 

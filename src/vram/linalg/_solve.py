@@ -117,12 +117,8 @@ def solve_in_place(
 
     def call(s: Stream, ws: None, i: int) -> None:
         info = scratch + 4 * i
-        if wide:
-            piv = pivots64 + 8 * n * i
-            libs.xgetrs(s, dtype, trans, n, nrhs, a + a_step * i, n, piv, b + b_step * i, n, info)
-        else:
-            piv = ipiv + 4 * n * i
-            libs.getrs(s, dtype, trans, n, nrhs, a + a_step * i, n, piv, b + b_step * i, n, info)
+        piv = pivots64 + 8 * n * i if wide else ipiv + 4 * n * i
+        libs.getrs(s, dtype, trans, n, nrhs, a + a_step * i, n, piv, b + b_step * i, n, info, wide)
 
     run_batch(stream, batch, plan.streams, no_workspace, call)
     return plan

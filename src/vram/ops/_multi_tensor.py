@@ -175,7 +175,30 @@ class _Launch:
     entries: tuple[np.ndarray, np.ndarray, np.ndarray | None]  # addresses, numels, extras
 
 
-class TensorListPlan:
+class _Plan:
+    """What both plans share: ``launch``, ``prepare`` and a run at once."""
+
+    __slots__ = ()
+
+    def prepare(
+        self, kernel: Kernel, entry: str, params: tuple = (), views: tuple = ()
+    ) -> Callable[..., int]:
+        raise NotImplementedError
+
+    def launch(
+        self,
+        kernel: Kernel,
+        entry: str,
+        params: tuple = (),
+        views: tuple = (),
+        args: tuple = (),
+        stream: int | None = None,
+    ) -> int:
+        """``prepare`` and run once on ``stream``; the number of launches."""
+        return self.prepare(kernel, entry, params, views)(stream, *args)
+
+
+class TensorListPlan(_Plan):
     """Lists of tensors cut into launches; built once, launched any number of times.
 
     ``lists`` are ``depth`` sequences of one length (see the module docstring); ``extras``,
@@ -305,32 +328,10 @@ class TensorListPlan:
         reference sees them). Returns ``run(stream, *args)``: every launch on ``stream`` (a
         stream handle; None: the device's current stream), the number of launches. A caller
         that runs it again keeps it (the optimizers do)."""
-        device = self.device
-        runs = [
-            launcher(device, self._launch(kernel, entry, params, views, item))
-            for item in self.launches
-        ]
-
-        def run(stream: int | None, *args: Any) -> int:
-            if stream is None:
-                stream = stream_handle(device)
-            for one in runs:
-                one(stream, *args)
-            return len(runs)
-
-        return run
-
-    def launch(
-        self,
-        kernel: Kernel,
-        entry: str,
-        params: tuple = (),
-        views: tuple = (),
-        args: tuple = (),
-        stream: int | None = None,
-    ) -> int:
-        """``prepare`` and run once; the number of launches."""
-        return self.prepare(kernel, entry, params, views)(stream, *args)
+        return _runner(
+            self.device,
+            [self._launch(kernel, entry, params, views, item) for item in self.launches],
+        )
 
     def _launch(
         self, kernel: Kernel, entry: str, params: tuple, views: tuple, item: _Launch
@@ -364,7 +365,7 @@ class TensorListPlan:
         )
 
 
-class ElementListPlan:
+class ElementListPlan(_Plan):
     """One-element tensors (one device, float32), e.g. optimizer steps, for kernels that take
     ``StepList<N>`` (addresses and a count; one thread per tensor); built once, launched any
     number of times. The reference (``element_reference``) sees each as a 1-element array."""
@@ -388,41 +389,32 @@ class ElementListPlan:
     ) -> Callable[..., int]:
         """``kernel``'s ``entry.format(N=...)`` (parameters: the list, then ``params``) over
         every part, prepared: ``run(stream, *args)`` as ``TensorListPlan.prepare``'s."""
-        device = self.device
         one = np.dtype(np.float32)
-        runs = [
-            launcher(
-                device,
-                Launch(
-                    kernel,
-                    entry.format(N=self.n),
-                    (math.ceil(len(pointers) / _STEP_THREADS), 1, 1),
-                    (_STEP_THREADS, 1, 1),
-                    (packed, *params),
-                    views,
-                    (Fixed(pointers, (1,) * len(pointers), (one,) * len(pointers)),),
-                ),
+        launches = [
+            Launch(
+                kernel,
+                entry.format(N=self.n),
+                (math.ceil(len(pointers) / _STEP_THREADS), 1, 1),
+                (_STEP_THREADS, 1, 1),
+                (packed, *params),
+                views,
+                (Fixed(pointers, (1,) * len(pointers), (one,) * len(pointers)),),
             )
             for packed, pointers in self.parts
         ]
+        return _runner(self.device, launches)
 
-        def run(stream: int | None, *args: Any) -> int:
-            if stream is None:
-                stream = stream_handle(device)
-            for part in runs:
-                part(stream, *args)
-            return len(runs)
 
-        return run
+def _runner(device: Device, launches: list[Launch]) -> Callable[..., int]:
+    """``launches`` prepared on ``device``: ``run(stream, *args)`` runs them all on
+    ``stream`` (a handle; None: the device's current stream) and says how many."""
+    runs = [launcher(device, launch) for launch in launches]
 
-    def launch(
-        self,
-        kernel: Kernel,
-        entry: str,
-        params: tuple = (),
-        views: tuple = (),
-        args: tuple = (),
-        stream: int | None = None,
-    ) -> int:
-        """``prepare`` and run once; the number of launches."""
-        return self.prepare(kernel, entry, params, views)(stream, *args)
+    def run(stream: int | None, *args: Any) -> int:
+        if stream is None:
+            stream = stream_handle(device)
+        for one in runs:
+            one(stream, *args)
+        return len(runs)
+
+    return run
