@@ -296,49 +296,51 @@ class Libs:
         entry: str,
         count: int,
         formats: str,
-        views: tuple,
+        views: Callable[[], tuple],
         constants: tuple,
         args: tuple,
         values: tuple = (),
         blocks: int | None = None,
     ) -> None:
         """Kernel ``entry`` over ``count`` items: per call ``args`` (``formats``, one
-        struct character each, and ``views`` for the reference), then the kernel's
-        ``constants`` (Python ints: 8 bytes, the kernels' ``long long``; none is negative);
-        the reference takes ``values`` after the arguments."""
+        struct character each; ``views()`` says how the reference sees them, asked when
+        the launch is first prepared), then the kernel's ``constants`` (Python ints: 8
+        bytes, the kernels' ``long long``; none is negative, and they and the entry decide
+        the views); the reference takes ``values`` after the arguments."""
         device = s.device
-        key = (kernel, device, entry, count, views, constants)
+        key = (kernel, device, entry, count, constants)
 
         def make() -> Launch:
             grid = (blocks, 1, 1) if blocks is not None else _helper_grid(count)
             params = (*(Arg(f) for f in formats), *constants)
-            return Launch(kernel, _calls.NS + entry, grid, (_BLOCK, 1, 1), params, views, values)
+            entry_ = _calls.NS + entry
+            return Launch(kernel, entry_, grid, (_BLOCK, 1, 1), params, views(), values)
 
         _prepared(device, key, make)(s.cuda_stream, *args)
 
     def pointers(self, s: Stream, out: int, base: int, stride_bytes: int, count: int) -> None:
         if count > 0:
-            views = (_vector(count, _UINT64),)
-            self._helper(s, _calls.POINTERS, "pointers", count, "PQq", views, (count,),
+            self._helper(s, _calls.POINTERS, "pointers", count, "PQq",
+                         lambda: (_vector(count, _UINT64),), (count,),
                          (out, base, stride_bytes))  # fmt: skip
 
     def pivots_to_int32(self, s: Stream, dst: int, src: int, count: int) -> None:
         if count > 0:
-            views = (_vector(count, _INT32), _vector(count, _INT64))
-            self._helper(s, _calls.PIVOTS_TO_INT32, "pivots_to_int32", count, "PP", views,
-                         (count,), (dst, src))  # fmt: skip
+            self._helper(s, _calls.PIVOTS_TO_INT32, "pivots_to_int32", count, "PP",
+                         lambda: (_vector(count, _INT32), _vector(count, _INT64)), (count,),
+                         (dst, src))  # fmt: skip
 
     def pivots_to_int64(self, s: Stream, dst: int, src: int, count: int) -> None:
         if count > 0:
-            views = (_vector(count, _INT64), _vector(count, _INT32))
-            self._helper(s, _calls.PIVOTS_TO_INT64, "pivots_to_int64", count, "PP", views,
-                         (count,), (dst, src))  # fmt: skip
+            self._helper(s, _calls.PIVOTS_TO_INT64, "pivots_to_int64", count, "PP",
+                         lambda: (_vector(count, _INT64), _vector(count, _INT32)), (count,),
+                         (dst, src))  # fmt: skip
 
     def trivial_pivots(self, s: Stream, dst: int, k: int, count: int) -> None:
         if count > 0:
-            views = (_vector(count, _INT32),)
-            self._helper(s, _calls.TRIVIAL_PIVOTS, "trivial_pivots", count, "P", views,
-                         (k, count), (dst,), (k,))  # fmt: skip
+            self._helper(s, _calls.TRIVIAL_PIVOTS, "trivial_pivots", count, "P",
+                         lambda: (_vector(count, _INT32),), (k, count), (dst,),
+                         (k,))  # fmt: skip
 
     def first_nonzero(self, s: Stream, info: int, count: int) -> tuple[int, int] | None:
         """(index, value) of the first nonzero of the ``count`` int32 at ``info``, or None:
@@ -347,8 +349,8 @@ class Libs:
         if count <= 0:
             return None
         found = per_thread(s.device.driver, "first_nonzero", lambda d: PinnedArray(d, 2, np.int64))
-        views = (_vector(2, _INT64), _vector(count, _INT32))
-        self._helper(s, _calls.FIRST_NONZERO, "first_nonzero", count, "PP", views, (count,),
+        self._helper(s, _calls.FIRST_NONZERO, "first_nonzero", count, "PP",
+                     lambda: (_vector(2, _INT64), _vector(count, _INT32)), (count,),
                      (found.ptr, info), blocks=1)  # fmt: skip
         s.synchronize()
         index, value = found.values.tolist()
@@ -356,9 +358,9 @@ class Libs:
 
     def conj(self, s: Stream, dtype: str, ptr: int, count: int) -> None:
         if count > 0:
-            views = (_vector(count, NP[dtype]),)
             entry = f"conj<{_calls.C_TYPES[dtype]}>"
-            self._helper(s, _calls.CONJ, entry, count, "P", views, (count,), (ptr,))
+            self._helper(s, _calls.CONJ, entry, count, "P",
+                         lambda: (_vector(count, NP[dtype]),), (count,), (ptr,))  # fmt: skip
 
     def _diagonals(self, dtype: str, n: int, batch: int) -> tuple[View, View]:
         """The diagonals of ``batch`` packed n x n factors, and their pivots."""
@@ -369,9 +371,10 @@ class Libs:
 
     def det(self, s: Stream, dtype: str, out: int, lu: int, piv: int, n: int, batch: int) -> None:
         if batch > 0:
-            views = (_vector(batch, NP[dtype]), *self._diagonals(dtype, n, batch))
             entry = f"det<{_calls.C_TYPES[dtype]}>"
-            self._helper(s, _calls.DET, entry, batch, "PPP", views, (n, batch), (out, lu, piv))
+            self._helper(s, _calls.DET, entry, batch, "PPP",
+                         lambda: (_vector(batch, NP[dtype]), *self._diagonals(dtype, n, batch)),
+                         (n, batch), (out, lu, piv))  # fmt: skip
 
     def slogdet(
         self, s: Stream, dtype: str, sign: int, logabs: int, lu: int, piv: int, n: int, batch: int
@@ -379,10 +382,11 @@ class Libs:
         if batch > 0:
             dt = NP[dtype]
             real = np.dtype(dt.char.lower()) if dt.kind == "c" else dt
-            views = (_vector(batch, dt), _vector(batch, real), *self._diagonals(dtype, n, batch))
             entry = f"slogdet<{_calls.C_TYPES[dtype]}>"
-            self._helper(s, _calls.SLOGDET, entry, batch, "PPPP", views, (n, batch),
-                         (sign, logabs, lu, piv))  # fmt: skip
+            self._helper(s, _calls.SLOGDET, entry, batch, "PPPP",
+                         lambda: (_vector(batch, dt), _vector(batch, real),
+                                  *self._diagonals(dtype, n, batch)),
+                         (n, batch), (sign, logabs, lu, piv))  # fmt: skip
 
     # ---- the blocked LU (kernels/lu.cu, ``_blocked``) --------------------------------------
     def lu_panel(
