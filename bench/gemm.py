@@ -381,7 +381,7 @@ def _raw_lt_matmul(device: vram.Device, dtype: str) -> Call:
         from nvmath.bindings import cublasLt
     except ImportError as exc:
         raise _Skip(f"nvmath is not installed: {exc}") from None
-    from vram.blas import _cuda
+    from vram.blas import _ops
 
     dt = getattr(vram, dtype)
     n = HOST_N
@@ -391,15 +391,14 @@ def _raw_lt_matmul(device: vram.Device, dtype: str) -> Call:
     vram.mm(a, b, out=c)  # makes the plan and sets its alpha to 1
     stream = vram.current_stream(device)
     pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-    plan = _cuda.plan(stream, c, a, b, c, 0.0, 0, -1, pa | pb | pc)
+    plan = getattr(_ops.product_plan(c, a, b, pa | pb | pc), "library", None)
     if not hasattr(plan, "desc"):
         raise _Skip("vram's plan for this problem is not a cuBLASLt one")
     size = plan.ws_bytes
-    workspace = (
-        vram.memory.get_workspace(plan.ws_request, library=plan.ws_library, stream=stream)
-        if size
-        else 0
-    )
+    workspace = 0
+    if plan.workspace is not None:
+        request, library = plan.workspace
+        workspace = vram.memory.get_workspace(request, library=library, stream=stream)
     p, q = (pb, pa) if plan.swap else (pa, pb)
     args = (
         plan.lt, plan.desc, plan.alpha_ptr, p, plan.la, q, plan.lb, plan.beta_ptr, pc,

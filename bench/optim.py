@@ -27,6 +27,7 @@ import gc
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -83,21 +84,29 @@ def vram_setup(device: vram.Device, shapes, dtype: str, seed: int = 0):
     return params
 
 
-def count_vram_launches(device: vram.Device, step: Callable[[], None]) -> int:
-    driver = device.driver
-    name = "launch" if device.type == "cuda" else "enqueue"
-    original = getattr(driver, name)
+def count_vram_launches(params: list, **options: Any) -> int:
+    """Kernel launches of the second step of a new ``Adam(params, **options)`` (every launch
+    goes through a launcher multi_tensor_apply prepared; the first step prepares them)."""
     count = [0]
+    real = _multi_tensor.launcher
 
-    def counting(*args, **kwargs):
-        count[0] += 1
-        return original(*args, **kwargs)
+    def counting(device: vram.Device, launch: Any) -> Callable[..., None]:
+        run = real(device, launch)
 
-    setattr(driver, name, counting)
+        def counted(*args: Any) -> None:
+            count[0] += 1
+            run(*args)
+
+        return counted
+
+    _multi_tensor.launcher = counting  # type: ignore[assignment]
     try:
-        step()
+        opt = vram.optim.Adam(params, **options)
+        opt.step()
+        count[0] = 0
+        opt.step()
     finally:
-        setattr(driver, name, original)
+        _multi_tensor.launcher = real  # type: ignore[assignment]
     return count[0]
 
 
@@ -134,9 +143,9 @@ def vram_rows(device: vram.Device, case: dict, steps: int) -> list[dict]:
     for name, options, state in variants:
         params = vram_setup(device, case["shapes"], case["dtype"])
         state_dtype = None if state == case["dtype"] else getattr(vram, state)
+        launches = count_vram_launches(params, lr=1e-4, state_dtype=state_dtype, **options)
         opt = vram.optim.Adam(params, lr=1e-4, state_dtype=state_dtype, **options)
         opt.step()  # make the state
-        launches = count_vram_launches(device, opt.step)
         ms = time_vram(device, opt.step, steps if "fused" in name else max(steps // 4, 2))
         rows.append(_row(case, name, state, numel, ms, launches))
         del opt, params

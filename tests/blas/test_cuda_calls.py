@@ -1,12 +1,14 @@
-"""The GPU kernel's cuBLAS and cuBLASLt calls, checked without a GPU.
+"""The GEMM's cuBLAS and cuBLASLt calls (the cuda halves of ``_ops``'s declarations),
+checked without a GPU.
 
 ``vram.driver._cublas`` is replaced by a column-major reference BLAS over the simulated
 GPU's memory (``ReferenceBlas``): it reads the matrices where the descriptors and leading
-dimensions say they are, applies the epilogue and writes D. The cuda kernel (``_cuda.gemm``)
-then runs on sim tensors, so every argument it builds (the operand swap, operations,
-leading dimensions, batch strides, epilogue, bias pointer, alpha and beta, the staging of
-odd layouts, TunableOp's candidates) is checked by the product it must produce. What this
-cannot check, the library itself, tests/gpu/test_blas_gpu.py checks on a GPU.
+dimensions say they are, applies the epilogue and writes D. The simulated GPU's driver is
+made to answer the GEMM's declarations with their cuda halves (``cuda_halves``), so the
+same plans run on sim tensors, and every argument the cuda halves build (the operand swap,
+operations, leading dimensions, batch strides, epilogue, bias pointer, alpha and beta, the
+staging of odd layouts, TunableOp's candidates) is checked by the product it must produce.
+What this cannot check, the library itself, tests/gpu/test_blas_gpu.py checks on a GPU.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import pytest
 
 import vram
 from vram._tensor import ndarray_view
-from vram.blas import _cuda, _functions, _tunable
+from vram.blas import _functions, _ops, _tunable
 from vram.driver import _cublas
+from vram.driver._work import LibraryCall
 
 _DTYPES = {code: name for name, code in _cublas.DATA_TYPES.items()}
 _EPILOGUES = {code: name for name, code in _cublas.EPILOGUES.items()}
@@ -48,7 +51,7 @@ class ReferenceBlas:
         ):  # fmt: skip
             monkeypatch.setattr(_cublas, name, getattr(self, name))
         monkeypatch.setattr(vram.memory, "get_workspace", self.get_workspace, raising=False)
-        monkeypatch.setattr(_cuda, "activate", self.activate)
+        cuda_halves(monkeypatch)
 
     # ---- handles and settings
     def use_device(self, device: int) -> None:
@@ -247,10 +250,28 @@ class ReferenceBlas:
             compute,
         )
 
-    def activate(self, out, activation, stream):
-        host = out.numpy().astype(np.float64)
-        out.copy_(vram.tensor(_act(host, activation).astype(out.dtype.np), device=out.device))
-        self.calls.append(("activation", {"activation": activation}))
+
+def cuda_halves(monkeypatch) -> None:
+    """The simulated GPU's driver answers the GEMM's declarations with their cuda halves
+    (over its own memory); every other kernel runs its reference, as on sim."""
+    sim = vram.sim.driver()
+    prepare, ask = sim.prepare, sim.ask
+    queries = (_ops.GEMM_PLAN, _ops.GEMM_CANDIDATES, _ops.GEMM_TIME, _ops.BLAS_LIBRARY)
+
+    def cuda_prepare(device, launch):
+        work = launch.work
+        if isinstance(work, LibraryCall) and work is _ops.GEMM:
+            values = launch.values
+            return lambda stream, *args: work.cuda(sim, device, stream, *args, *values)
+        return prepare(device, launch)
+
+    def cuda_ask(device, query, *args):
+        if query in queries:
+            return query.cuda(sim, device, *args)
+        return ask(device, query, *args)
+
+    monkeypatch.setattr(sim, "prepare", cuda_prepare)
+    monkeypatch.setattr(sim, "ask", cuda_ask)
 
 
 def _act(x: np.ndarray, activation: int) -> np.ndarray:
@@ -268,7 +289,8 @@ def _act(x: np.ndarray, activation: int) -> np.ndarray:
 def ref(monkeypatch, sim0, tmp_path):
     blas = ReferenceBlas()
     blas.install(monkeypatch)
-    _cuda.clear_plans()
+    _ops.clear_plans()
+    _functions.clear_plans()
     _tunable._reset()
     vram.cuda.tunable.write_file_on_exit(False)
     vram.cuda.tunable.set_filename(str(tmp_path / "tuned.csv"))
@@ -279,7 +301,8 @@ def ref(monkeypatch, sim0, tmp_path):
     for name, value in saved.items():
         setattr(matmul, name, value)
     vram.backends.cuda.preferred_blas_library(library)
-    _cuda.clear_plans()
+    _ops.clear_plans()
+    _functions.clear_plans()
     _tunable._reset()
 
 
@@ -290,8 +313,7 @@ def rand(shape, seed, dt=vram.float32):
 
 
 def run(out, a, b, bias=None, beta=0.0, alpha=1.0, activation=0, algo=-1):
-    stream = vram.current_stream(out.device)
-    _cuda.gemm(stream, out, a, b, out if bias is None else bias, beta, alpha, activation, algo)
+    _ops.gemm(out, a, b, out if bias is None else bias, beta, alpha, activation, algo)
     return out
 
 
@@ -366,7 +388,7 @@ def test_a_full_bias_is_copied_into_out_and_activation_follows_cublas(ref):
     expect(
         run(out, a, b, bias, beta=0.5, activation=1), _act(0.5 * host(bias) + host(a) @ host(b), 1)
     )
-    assert [kind for kind, _ in ref.calls] == ["cublas", "activation"]
+    assert [kind for kind, _ in ref.calls] == ["cublas"]  # (the activation: the pointwise op)
     vram.backends.cuda.preferred_blas_library("cublaslt")
     expect(
         run(out, a, b, bias, beta=0.5, activation=2), _act(0.5 * host(bias) + host(a) @ host(b), 2)
@@ -486,14 +508,8 @@ def test_an_epilogue_cublaslt_cannot_run_falls_back_to_the_unfused_product(ref, 
 
 
 @pytest.fixture
-def mm_on_ref(ref, monkeypatch):
-    """vram.mm on sim tensors through the GPU kernel's plans (and the reference BLAS)."""
-
-    def cuda_plan(out, a, b, pointers):
-        stream = vram.current_stream(out.device)
-        return _cuda.plan(stream, out, a, b, out, 0.0, 0, -1, pointers)
-
-    monkeypatch.setattr(_functions, "product_plan", cuda_plan)
+def mm_on_ref(ref):
+    """vram.mm on sim tensors through the cuda halves' plans (and the reference BLAS)."""
     _functions.clear_plans()
     yield ref
     _functions.clear_plans()

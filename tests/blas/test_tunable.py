@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import vram
-from vram.blas import _tunable
+from vram.blas import _ops, _tunable
 from vram.cuda import tunable
 
 VALIDATORS = [
-    ("VRAM_VERSION", _tunable.validators("sim")["VRAM_VERSION"]),
+    ("VRAM_VERSION", _tunable.validators(_tunable.sim_library(0))["VRAM_VERSION"]),
     ("CUBLAS_VERSION", "sim"),
     ("CUBLASLT_VERSION", "sim"),
 ]
@@ -107,7 +107,9 @@ def test_a_result_from_the_file_is_used_without_tuning(sim0, fresh):
     tunable.enable()
     a, b = operands(sim0, 8, 8, 8)
     out = vram.empty((8, 8), device=sim0)
-    assert _tunable.sim_algorithm(out, a, b, out, 0.0, 1.0, 0) == 2  # candidate 1 + Default
+    pointers = a.data_ptr() | b.data_ptr() | out.data_ptr()
+    plan = _ops.product_plan(out, a, b, pointers)
+    assert plan.library.algo == 2  # candidate 1 + Default
     assert _tunable.state.tunings == 0
 
 
@@ -126,7 +128,7 @@ def test_a_second_process_reuses_the_file_and_tunes_nothing(fresh):
     script = textwrap.dedent(
         """
         import numpy as np, vram
-        from vram.blas import _tunable
+        from vram.blas import _ops, _tunable
         with vram.device("sim:0"):
             a = vram.tensor(np.ones((64, 4096), np.float32))
             b = vram.tensor(np.ones((4096, 64), np.float32))
@@ -150,7 +152,8 @@ def test_a_second_process_reuses_the_file_and_tunes_nothing(fresh):
 
 
 def test_a_candidate_that_disagrees_with_default_is_rejected():
-    problem = _tunable.make_problem("float32", 0, 0, 4, 4, 4, (4, 4, 4), 1, False, 0, "sim", 0)
+    library = _tunable.sim_library(0)
+    problem = _tunable.make_problem("float32", 0, 0, 4, 4, 4, (4, 4, 4), 1, False, 0, library)
     reference = np.arange(16, dtype=np.float32).reshape(4, 4)
     results = {0: reference, 1: reference + 1, 2: reference * (1 + 1e-6), 3: None}
     times = {0: 3.0, 1: 1.0, 2: 2.0, 3: 0.5}  # 1 is fastest but wrong; 3 cannot run

@@ -422,4 +422,4 @@ def test_first_nonzero_on_the_gpu(values, expected):
 
     info = vram.tensor(np.array(values, np.int32), device=CUDA)
     stream = vram.current_stream(vram.device(CUDA))
-    assert _libs.libs_for("cuda").first_nonzero(stream, info.data_ptr(), info.numel()) == expected
+    assert _libs.LIBS.first_nonzero(stream, info.data_ptr(), info.numel()) == expected

@@ -11,6 +11,7 @@ import pytest
 
 import vram
 from vram.driver import cuda_usable
+from vram.ops import _multi_tensor
 from vram.optim import SGD, Adam, AdamW
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_usable(), reason="no CUDA GPU")]
@@ -209,15 +210,24 @@ def test_two_hundred_tensors_step_in_two_launches(monkeypatch):
     ps = [vram.zeros(5000 + i, device=device) for i in range(200)]
     for p in ps:
         p.grad = vram.ones(p.shape, device=device)
+    launches = []  # every launch: the plans' launchers are prepared by multi_tensor_apply
+    real = _multi_tensor.launcher
+
+    def counting(device, launch):
+        run = real(device, launch)
+
+        def counted(*args):
+            launches.append(launch.entry)
+            run(*args)
+
+        return counted
+
+    monkeypatch.setattr(_multi_tensor, "launcher", counting)
     opt = Adam(ps, fused=True)
+    opt.step()  # (the state, and the launchers)
+    launches.clear()
     opt.step()
-    launches = []
-    original = device.driver.launch
-    monkeypatch.setattr(
-        device.driver, "launch", lambda *a, **k: (launches.append(a[0]), original(*a, **k))
-    )
-    opt.step()
-    assert len(launches) == 2
+    assert len(launches) == 2  # steps += 1, then the update
     vram.synchronize(device)
     assert opt.state[ps[0]]["step"].item() == 2.0
 

@@ -20,13 +20,13 @@ OPERATORS = {
     "mul": lambda a, b: a * b,
     "div": lambda a, b: a / b,
 }
-_SUPPORTED = {  # the dtypes each op computes in, as PyTorch's
-    "add": all_dtypes,
-    "sub": [d for d in all_dtypes if d != vram.bool_],
-    "mul": all_dtypes,
-    "div": [d for d in all_dtypes if d.is_floating_point or d.is_complex],
+SUPPORTED = {  # op -> the dtypes whose result keeps them (div makes integers float)
+    "add": set(all_dtypes),
+    "sub": set(all_dtypes) - {vram.bool_},
+    "mul": set(all_dtypes),
+    "div": {dt for dt in all_dtypes if dt.is_floating_point or dt.is_complex},
 }
-CASES = [(op, dt) for op in UFUNCS for dt in all_dtypes if dt in _SUPPORTED[op]]
+CASES = [(op, dt) for op in UFUNCS for dt in all_dtypes if dt in SUPPORTED[op]]
 IDS = [f"{op}-{dt.name}" for op, dt in CASES]
 
 
@@ -154,7 +154,7 @@ def test_transposing_copies_run_tiled_and_match_numpy(dt):
     """Copies whose two sides are contiguous along different dimensions take copy_tiled
     (32 x 32 tiles through shared memory): sizes off the tile, a batch, a sliced batch, a
     permutation of four dimensions, and a transposed destination."""
-    from vram.ops import _launch
+    from vram.ops import _tiled
 
     a = random(dt, (3, 50, 70))
     t = vram.tensor(a, device=CUDA)
@@ -168,11 +168,11 @@ def test_transposing_copies_run_tiled_and_match_numpy(dt):
     cases.append((u.permute(3, 0, 2, 1), b.transpose(3, 0, 2, 1)))
     for view, want in cases:
         out = vram.empty(tuple(view.shape), dtype=dt, device=CUDA)
-        assert _launch.tiled_dims(out, view) is not None
+        assert _tiled.dims_of(out, view) is not None
         out.copy_(view)
         np.testing.assert_array_equal(out.numpy(), want)
     target = vram.empty((3, 70, 50), dtype=dt, device=CUDA)
-    assert _launch.tiled_dims(target.transpose(-2, -1), t) is not None
+    assert _tiled.dims_of(target.transpose(-2, -1), t) is not None
     target.transpose(-2, -1).copy_(t)  # into a transposed view: the same tiles
     np.testing.assert_array_equal(target.numpy(), a.transpose(0, 2, 1))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from vram.linalg._cuda_libs import KERNEL_SOURCE, LU_SOURCE, kernel_names, lu_kernel_names
+from vram.linalg._calls import KERNEL_SOURCE, LU_SOURCE, kernel_names, lu_kernel_names
 
 
 @pytest.fixture(scope="module")

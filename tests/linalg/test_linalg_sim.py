@@ -9,7 +9,7 @@ from linalg_helpers import DTYPES, IDS, close, random
 
 import vram
 from vram.linalg import LinAlgError, _dispatch, _libs, _reference
-from vram.linalg._sim_libs import SimLibs
+from vram.linalg._libs import Libs
 
 BATCHES = [(), (3,), (2, 2)]
 
@@ -216,7 +216,7 @@ def test_first_nonzero_finds_the_first_failing_matrix(sim0, values, expected):
     """What check_errors reads instead of every matrix's info: index and value."""
     info = vram.tensor(np.array(values, np.int32), device=sim0)
     stream = vram.current_stream(sim0)
-    found = _libs.libs_for("sim").first_nonzero(stream, info.data_ptr(), info.numel())
+    found = _libs.LIBS.first_nonzero(stream, info.data_ptr(), info.numel())
     assert found == expected
 
 
@@ -225,13 +225,13 @@ def test_the_check_after_the_blocked_lu_searches_only_when_flagged(sim0, monkeyp
     raised the zero-pivot flag (matrix 1 here, in its second panel's columns); after
     cuSOLVER, which knows no flag, it always searches."""
     searches = []
-    real = SimLibs.first_nonzero
+    real = Libs.first_nonzero
 
     def counting(self, s, info, count):
         searches.append(count)
         return real(self, s, info, count)
 
-    monkeypatch.setattr(SimLibs, "first_nonzero", counting)
+    monkeypatch.setattr(Libs, "first_nonzero", counting)
     a = random((3, 48, 48), vram.float32, 12)
     good = vram.tensor(a, device=sim0)
     a[1, :, 40] = 0

@@ -10,7 +10,7 @@ from linalg_helpers import close, random
 
 import vram
 from vram.linalg import _dispatch
-from vram.linalg._sim_libs import SimLibs
+from vram.linalg._libs import Libs
 
 
 def fresh_allocator(device) -> None:
@@ -82,7 +82,7 @@ def test_lu_factor_keeps_its_factors_in_one_allocation(monkeypatch, sim0):
 
 def test_one_workspace_query_and_one_workspace_per_stream(monkeypatch, sim0):
     queries, used = [], {}
-    real_size, real_getrf = SimLibs.getrf_workspace, SimLibs.getrf
+    real_size, real_getrf = Libs.getrf_workspace, Libs.getrf
 
     def size(self, s, *args):
         queries.append(s)
@@ -92,8 +92,8 @@ def test_one_workspace_query_and_one_workspace_per_stream(monkeypatch, sim0):
         used.setdefault(s.cuda_stream, set()).add(ws)
         return real_getrf(self, s, dtype, m, n, a, lda, ws, *rest)
 
-    monkeypatch.setattr(SimLibs, "getrf_workspace", size)
-    monkeypatch.setattr(SimLibs, "getrf", getrf)
+    monkeypatch.setattr(Libs, "getrf_workspace", size)
+    monkeypatch.setattr(Libs, "getrf", getrf)
     A = vram.tensor(random((12, 10, 10), vram.float64), device=sim0)
     for path, streams in (("cusolver", 1), ("streams", 4)):
         queries.clear()

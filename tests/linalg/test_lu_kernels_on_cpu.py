@@ -1,6 +1,6 @@
 """The blocked LU's CUDA kernels (kernels/lu.cu) run on the CPU, driven by ``_blocked``'s own
 loop, against LAPACK's semantics (``_reference``): where there is no GPU, this checks the
-kernels' indexing, pivot search, barriers and argument structs (``_cuda_libs``'s packing).
+kernels' indexing, pivot search, barriers and argument structs (``_calls``'s packing).
 
 tests/linalg/emulation/ builds them with a C++20 compiler and a small CUDA shim (each CUDA
 thread a std::thread, __syncthreads a barrier); the test is skipped without a compiler.
@@ -19,7 +19,9 @@ import pytest
 
 from vram.linalg import _blocked, _reference
 from vram.linalg._blocked import PanelConfig
-from vram.linalg._cuda_libs import _PANEL_ARGS, _SOLVE_ARGS, _SWAP_ARGS
+from vram.linalg._calls import PANEL_FIELDS as _PANEL_ARGS
+from vram.linalg._calls import SOLVE_FIELDS as _SOLVE_ARGS
+from vram.linalg._calls import SWAP_FIELDS as _SWAP_ARGS
 
 SOURCE = Path(__file__).parent / "emulation" / "lu_kernels.cpp"
 CODES = {"float32": 0, "float64": 1}

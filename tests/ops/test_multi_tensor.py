@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 import vram
+from vram.driver._work import Kernel
 from vram.ops import _multi_tensor as mt
+
+
+def kernel(step):
+    """A kernel for the plans' own tests: no CUDA source (sim runs its reference only)."""
+    return Kernel("test", "", mt.list_reference(step))
 
 
 @pytest.fixture
@@ -60,8 +66,11 @@ def test_two_hundred_tensors_take_one_launch(sim0, launches):
     assert meta["addresses"][0][5] == tensors[5].data_ptr()
     assert plan.launches[0].blocks == 200  # one tile each
     counted = launches()
-    plan.launch(lambda: "", "k", (), host=lambda arrays, extra: None)
+    seen = []
+    plan.launch(kernel(lambda arrays, extra, aligned: seen.append((len(arrays), extra))), "k")
     assert len(counted) == 1
+    assert len(seen) == 200 and all(n == 4 for n, _ in seen)
+    assert all(extra.shape == (1,) for _, extra in seen)  # the extra tensors, an element each
 
 
 def test_tiles_and_the_tensors_a_launch_can_take(sim0):
@@ -87,10 +96,10 @@ def test_a_large_tensor_takes_several_entries(sim0, monkeypatch):
     assert meta["addresses"][0][1] == x.data_ptr() + mt.TILE * 4
     assert meta["addresses"][1][1] == y.data_ptr() + mt.TILE * 8
 
-    def double(arrays, extra):
+    def double(arrays, extra, aligned):
         arrays[1][...] = arrays[0] * 2
 
-    plan.launch(lambda: "", "k", (), host=double)
+    plan.launch(kernel(double), "k")
     np.testing.assert_array_equal(y.numpy(), np.arange(3 * mt.TILE + 7) * 2.0)
 
 
@@ -110,7 +119,8 @@ def test_element_list_plans_split_at_their_capacity(sim0, launches):
     plan = mt.ElementListPlan(steps)
     assert plan.n == (mt.LARGE_PARAMS - mt.RESERVED - 8) // 8
     counted = launches()
-    plan.launch(lambda: "", "k", (), vram.current_stream(sim0), lambda e: e.__setitem__(0, 7))
+    seven = Kernel("test", "", mt.element_reference(lambda e: e.__setitem__(0, 7)))
+    plan.launch(seven, "k")
     assert len(counted) == 1
     assert [s.item() for s in steps] == [7.0, 7.0, 7.0]
 
@@ -145,3 +155,34 @@ def test_foreach_kernels_compile_with_the_largest_metadata(nvrtc):
     program = nvrtc(_source(), "sm_90", tuple(names))
     assert program.kind == "cubin"
     assert all(program.lowered_names[name].startswith("_Z") for name in names)
+
+
+def test_a_launch_packs_its_metadata_once_and_the_kernels_arguments_per_call(sim0):
+    """What a GPU launch of the plan reads (driver._work.PackedParams, as the cuda driver
+    prepares it): the metadata by value, the tile, then the kernel's own arguments."""
+    import ctypes
+    import struct
+
+    from vram.driver._work import Arg, PackedParams
+    from vram.optim import _fused
+
+    tensors = [vram.zeros(100 + i, device=sim0) for i in range(3)]
+    steps = [vram.zeros((), device=sim0) for _ in range(3)]
+    plan = mt.TensorListPlan([tensors] * 4, steps)
+    item = plan.launches[0]
+    launch = plan._launch(_fused._ADAM, "k<{N}>", _fused._ADAM_PARAMS, (), item)
+    assert launch.entry == f"k<{plan.n}>"
+    packed = PackedParams(launch.params)
+    packed.fill((1e-3, 0.9, 0.999, 0.01, 1e-8, 0, 0xABC0, 0, 1, 0))
+
+    def at(index: int, fmt: str) -> tuple:
+        size = struct.calcsize("<" + fmt)
+        return struct.unpack("<" + fmt, ctypes.string_at(packed.pointers[index], size))
+
+    meta = item.meta.tobytes()
+    assert ctypes.string_at(packed.pointers[0], len(meta)) == meta
+    assert at(1, "i") == (mt.TILE,)
+    assert [at(i, "d")[0] for i in range(2, 7)] == [1e-3, 0.9, 0.999, 0.01, 1e-8]
+    assert [at(i, "Q")[0] for i in range(7, 10)] == [0, 0xABC0, 0]
+    assert [at(i, "i")[0] for i in (10, 11)] == [1, 0]
+    assert _fused._ADAM_PARAMS == (*(Arg("d"),) * 5, *(Arg("P"),) * 3, Arg("i"), Arg("i"))

@@ -1,12 +1,13 @@
 """Matrix products on cuBLAS and cuBLASLt (PyTorch's aten/native/cuda/Blas.cpp): mm, matmul,
 bmm, addmm (with relu/gelu epilogues), baddbmm; on the simulated GPU with NumPy.
 
-Importing this package declares the ``gemm`` op in the operator registry and fills the
-tensor layer's dispatch table (``@``, ``Tensor.matmul``, ``Tensor.mm``).
+The GEMM is declared once (``_ops``: cuBLAS and cuBLASLt on a GPU, NumPy on the simulated
+GPU and the cpu). Importing this package fills the tensor layer's dispatch table (``@``,
+``Tensor.matmul``, ``Tensor.mm``).
 """
 
 from ._functions import addmm, baddbmm, bmm, matmul, mm
-from ._ops import GEMM_DTYPES, gemm_op
+from ._ops import GEMM_DTYPES
 from ._workspace import (
     cublas_workspace_size,
     cublaslt_workspace_library,
@@ -21,7 +22,6 @@ __all__ = [
     "cublas_workspace_size",
     "cublaslt_workspace_library",
     "cublaslt_workspace_size",
-    "gemm_op",
     "matmul",
     "mm",
 ]

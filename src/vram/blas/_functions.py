@@ -21,7 +21,6 @@ import math
 import threading
 from typing import Any
 
-from .._streams import current_stream
 from .._tensor import Tensor, broadcast_shapes, contiguous_strides, dispatch
 from ..backends import cuda as _backends
 from . import _checks, _tunable
@@ -138,7 +137,7 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # 
             if po & _ALIGN_MASK:  # less aligned than the plan may assume
                 gemm(out, input, mat2, None, 0.0, 1.0, 0)
                 return out
-        plan.product(current_stream(device), out, input, mat2, pa, pb, po)
+        plan.product(out, input, mat2, pa, pb, po)
         return out
     return _checked_mm(input, mat2, out, key)
 
@@ -173,8 +172,7 @@ def _checked_mm(input: Any, mat2: Any, out: Any, key: tuple | None) -> Tensor:  
             if len(plans) >= _MAX_PLANS:
                 del plans[next(iter(plans))]
             plans[key] = (shape, plan)
-            stream = current_stream(target.device)
-            plan.product(stream, target, input, mat2, pa, pb, po)
+            plan.product(target, input, mat2, pa, pb, po)
     return _finish(target, final)
 
 

@@ -1,50 +1,102 @@
-"""The GEMM op in the operator registry: one declaration, a kernel per backend.
+"""The GEMM, declared once: ``out = act(alpha * (a @ b) + beta * bias)`` through the kernel
+seam, and the plans that run it on every device.
 
-    gemm(out, self, mat2, bias, beta, alpha, activation, algo)
-        out = act(alpha * (self @ mat2) + beta * bias)
-
-- ``self`` [.., M, K] and ``mat2`` [.., K, N] (2-D, or 3-D with one batch dimension that
-  may be 1 in either), ``bias`` broadcastable to ``out``; ``beta == 0`` means ``bias`` is
-  not read (so ``mm`` passes ``out`` itself). ``activation``: 0 none, 1 relu, 2 gelu (tanh
+- ``a`` [.., M, K] and ``b`` [.., K, N] (2-D, or 3-D with one batch dimension that may be 1
+  in either), ``bias`` broadcastable to ``out``; ``beta == 0`` means ``bias`` is not read
+  (so ``mm`` passes ``out`` itself). ``activation``: 0 none, 1 relu, 2 gelu (tanh
   approximation, as cuBLASLt's GELU epilogue). All four tensors share one float dtype.
 - ``algo`` names the algorithm: -1 lets vram choose (TunableOp's result when enabled, else
   the preferred library's default), 0 is TunableOp's "Default", i >= 1 its i-th other
   candidate (see ``_tunable``).
-- cpu (and sim, queued on the stream): NumPy in fp32 (fp64 for fp64), inputs widened
-  exactly from bf16/fp16 (ml_dtypes), the result rounded once to the output dtype, as
-  cuBLAS with CUBLAS_COMPUTE_32F. Candidate i >= 1 splits K into 2**i chunks whose fp32
-  partial products are summed in order, as a split-K kernel reduces them.
-- cuda: cuBLAS/cuBLASLt (``_cuda``).
+
+The declarations, each with its CUDA half (``_cuda``: cuBLAS and cuBLASLt) and its
+reference (the simulated GPU's library):
+- ``GEMM`` (a ``LibraryCall``): the product. Reference: NumPy in fp32 (fp64 for fp64),
+  inputs widened exactly from bf16/fp16 (ml_dtypes), the result rounded once to the output
+  dtype, as cuBLAS with CUBLAS_COMPUTE_32F. Candidate i >= 1 splits K into 2**i chunks whose
+  fp32 partial products are summed in order, as a split-K kernel reduces them.
+- ``GEMM_PLAN`` (a ``Query``): the library's plan of one problem (cuBLASLt's descriptors and
+  algorithm; the sim's: the candidate), kept with the prepared launch. It says what the
+  call does not do itself: a bias that is not a fused row is then copied into out first,
+  an activation cuBLAS has no epilogue for applied after (the pointwise ops).
+- ``GEMM_CANDIDATES``, ``GEMM_TIME``, ``BLAS_LIBRARY`` (queries): what TunableOp asks of the
+  device's library (``_tunable.choose`` tunes, the same for every device).
+
+A *plan* here is everything one problem needs that does not change between calls, kept per
+thread under (device, dtype, shapes, strides, pointer alignment, bias form, activation,
+algorithm, and the generations of the ``vram.backends.cuda`` settings and of TunableOp):
+operands cuBLAS cannot read as they are copied first (``_layout``, as PyTorch), or the
+library plan and the launcher the device's driver prepared. A repeated call is a dict
+lookup and the launcher's call. The cpu device runs the reference at once (no library, no
+TunableOp).
 
 The public functions (``vram.mm`` ...) check PyTorch's contract first, with errors naming
-the argument, then call ``gemm`` below, which reaches the kernels without re-checking.
+the argument, then call ``gemm`` below, which reaches the plans without re-checking.
 ``product_plan`` gives ``mm`` the plan of a plain product to keep (see ``_functions``).
 """
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from .._dtypes import bfloat16, float16, float32, float64
+from .. import memory as _memory
+from .._dtypes import bfloat16, dtype, float16, float32, float64
 from .._streams import current_stream
 from .._tensor import Tensor
-from ..ops._registry import declare
+from ..backends import cuda as _backends
+from ..driver._work import Launch, LibraryCall, Query, View
+from ..ops._math import UNARY, copy_, fill_, mul
+from ..ops._plans import ask, launcher, stream_handle
+from ..ops._pointwise import run as pointwise
 from . import _cuda, _tunable
+from ._cuda import BETA, NO_BETA, ROW
+from ._layout import GemmCall, plan_call
 
-__all__ = ["gemm", "product_plan", "gemm_op", "GEMM_DTYPES", "ACTIVATIONS", "numpy_gemm"]
+__all__ = [
+    "gemm",
+    "product_plan",
+    "clear_plans",
+    "GemmSpec",
+    "GEMM",
+    "GEMM_PLAN",
+    "GEMM_CANDIDATES",
+    "GEMM_TIME",
+    "BLAS_LIBRARY",
+    "GEMM_DTYPES",
+    "ACTIVATIONS",
+    "numpy_gemm",
+]
 
 GEMM_DTYPES = (float16, bfloat16, float32, float64)
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}
+_ACTIVATION_OPS = {1: UNARY["relu"], 2: UNARY["gelu_tanh"]}
 _GELU_BETA = np.sqrt(2.0 / np.pi)
 _GELU_KAPPA = 0.044715
+_MAX_PLANS = 512  # per thread; the oldest is dropped beyond
+_MAX_ALIGN = 256  # bytes: the largest alignment a plan asks about
+_NO_BIAS, _BIAS_IS_OUT, _BIAS = 0, 1, 2  # how the beta term is formed
 
-gemm_op = declare(
-    "gemm(Tensor(a!) out, Tensor self, Tensor mat2, Tensor bias, Scalar beta, Scalar alpha, "
-    "int activation=0, int algo=-1)",
-    elementwise=False,
-)
+
+@dataclass(frozen=True, slots=True)
+class GemmSpec:
+    """One problem as the library plans it: the column-major ``call``, the ``dtype``, the
+    beta term (``_cuda``: NO_BETA, BETA times out, or a bias ROW to fuse), the
+    ``activation``, the algorithm (-1: the library's default) and the pointers' alignment
+    in bytes (at most 256)."""
+
+    call: GemmCall
+    dtype: dtype
+    bias: int
+    activation: int
+    algo: int
+    align: int
+
+
+# ---- the reference: the simulated GPU's library ----------------------------------------------
 
 
 def numpy_gemm(
@@ -57,7 +109,7 @@ def numpy_gemm(
     activation: int = 0,
     algo: int = 0,
 ) -> None:
-    """The cpu kernel: ``out[...] = act(alpha * a @ b + beta * bias)`` in fp32 (fp64)."""
+    """``out[...] = act(alpha * a @ b + beta * bias)`` in fp32 (fp64), as candidate ``algo``."""
     acc = np.float64 if out.dtype == np.float64 else np.float32
     a_acc, b_acc = a.astype(acc, copy=False), b.astype(acc, copy=False)
     k = a.shape[-1]
@@ -83,22 +135,58 @@ def numpy_gemm(
     out[...] = result.astype(out.dtype)
 
 
-gemm_op.impl("cpu", dtypes=GEMM_DTYPES)(numpy_gemm)
+@dataclass(frozen=True, slots=True)
+class _ReferencePlan:
+    """The reference's plan of a problem: the candidate it computes. It takes any bias and
+    applies the activation itself, and needs no workspace."""
+
+    algo: int
+    takes_bias: bool = True
+    applies_activation: bool = True
+    workspace: None = None
 
 
-@gemm_op.impl("cuda", dtypes=GEMM_DTYPES)
-def _gemm_cuda(
-    stream: Any,
-    out: Tensor,
-    a: Tensor,
-    b: Tensor,
-    bias: Tensor,
-    beta: Any,
+def _reference_plan(spec: GemmSpec) -> _ReferencePlan:
+    return _ReferencePlan(max(spec.algo, 0))
+
+
+def _reference(
+    out: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    bias: np.ndarray,
     alpha: Any,
-    activation: int = 0,
-    algo: int = -1,
+    beta: Any,
+    workspace: int,
+    activation: int,
+    found: _ReferencePlan,
 ) -> None:
-    _cuda.gemm(stream, out, a, b, bias, beta, alpha, activation, algo)
+    numpy_gemm(out, a, b, bias, beta, alpha, activation, found.algo)
+
+
+GEMM = LibraryCall("gemm", _cuda.run, _reference)
+GEMM_PLAN = Query("gemm plan", _cuda.plan, _reference_plan)
+GEMM_CANDIDATES = Query("gemm candidates", _cuda.candidates, lambda spec: _tunable.sim_candidates())
+GEMM_TIME = Query(
+    "gemm time", _cuda.time_ms, lambda spec, tuning, algo: _tunable.sim_ms(spec.call, algo)
+)
+BLAS_LIBRARY = Query("blas library", _cuda.library, _tunable.sim_library)
+
+
+# ---- plans -----------------------------------------------------------------------------------
+
+
+class _Local(threading.local):
+    def __init__(self) -> None:
+        self.plans: dict[tuple, Any] = {}
+
+
+_local = _Local()
+
+
+def clear_plans() -> None:
+    """Drop this thread's cached plans (a library's descriptors are destroyed with them)."""
+    _local.plans.clear()
 
 
 def gemm(
@@ -109,6 +197,7 @@ def gemm(
     beta: float,
     alpha: float,
     activation: int,
+    algo: int = -1,
 ) -> Tensor:
     """Queue ``out = act(alpha * a @ b + beta * bias)`` on the current stream of out's device.
 
@@ -116,27 +205,155 @@ def gemm(
     computed), but not M or N."""
     if bias is None:
         bias, beta = out, 0.0
-    device = out.device
-    if device.type == "cuda":
-        _cuda.gemm(current_stream(device), out, a, b, bias, beta, alpha, activation, -1)
+    if 0 in out.shape:
         return out
-    algo = _tunable.sim_algorithm(out, a, b, bias, beta, alpha, activation)
-    gemm_op(out, a, b, bias, beta, alpha, activation, algo)
+    if a.shape[-1] == 0:
+        _bias_only(out, bias, beta, activation)
+        return out
+    pa, pb, po = a.data_ptr(), b.data_ptr(), out.data_ptr()
+    found = plan_for(out, a, b, bias, beta, activation, algo, pa | pb | po)
+    found.run(out, a, b, bias, beta, alpha, pa, pb, po)
     return out
 
 
-class _RegistryPlan:
-    """A plain product on the simulated GPU or the cpu: the registry's kernel, queued on the
-    current stream, with the algorithm chosen once (TunableOp's on sim when enabled)."""
+def product_plan(out: Tensor, a: Tensor, b: Tensor, pointers: int) -> Any:
+    """The plan of ``out = a @ b`` (checked; M, N and K > 0; ``pointers`` the bitwise or of
+    the three data pointers), as ``gemm`` would run it. Its ``product(out, a, b, pa, pb,
+    po)`` queues the product on the current stream for any tensors of the same shapes,
+    strides, dtype, device and alignment, until a ``vram.backends.cuda`` setting or
+    TunableOp's state changes."""
+    return plan_for(out, a, b, out, 0.0, 0, -1, pointers)
 
-    __slots__ = ("algo",)
 
-    def __init__(self, algo: int) -> None:
-        self.algo = algo
+def plan_for(
+    out: Tensor,
+    a: Tensor,
+    b: Tensor,
+    bias: Tensor,
+    beta: Any,
+    activation: int,
+    algo: int,
+    pointers: int,
+) -> Any:
+    """This thread's cached plan of the problem (made on first sight; M, N and K > 0).
+
+    ``pointers`` is the bitwise or of a's, b's and out's data pointers (their alignment is
+    part of the problem). The plan's ``run(out, a, b, bias, beta, alpha, pa, pb, po)``
+    queues the product on the current stream."""
+    if beta == 0:
+        mode, bias_key = _NO_BIAS, None
+    elif bias is out:
+        mode, bias_key = _BIAS_IS_OUT, None
+    else:
+        mode, bias_key = _BIAS, (bias.shape, bias.stride(), beta == 1)
+        pointers |= bias.data_ptr()
+    key = (
+        out.device,
+        out.dtype.name,  # a str's hash is cached; the dtype's is computed
+        a.shape,
+        a.stride(),
+        b.shape,
+        b.stride(),
+        out.shape,
+        out.stride(),
+        mode,
+        bias_key,
+        activation,
+        algo,
+        pointers & (_MAX_ALIGN - 1),
+        _backends.generation,
+        _tunable.state.generation,
+    )
+    plans = _local.plans
+    found = plans.get(key)
+    if found is None:
+        align = (pointers | _MAX_ALIGN) & -(pointers | _MAX_ALIGN)
+        found = _build(out, a, b, bias, beta, mode, activation, algo, align)
+        if len(plans) >= _MAX_PLANS:
+            del plans[next(iter(plans))]
+        plans[key] = found
+    return found
+
+
+def _strides3(t: Tensor) -> tuple[int, int, int]:
+    """(batch, row, column) strides; a batch of one has batch stride 0."""
+    s = t.stride()
+    if t.ndim == 2:
+        return 0, s[0], s[1]
+    return (s[0] if t.shape[0] > 1 else 0), s[1], s[2]
+
+
+def _is_bias_row(bias: Tensor, n: int) -> bool:
+    """True when ``bias`` broadcast to [M, N] is one contiguous row of N values: what
+    cuBLASLt's BIAS epilogue adds to every row of a row-major result."""
+    shape, strides = bias.shape, bias.stride()
+    if not shape or shape[-1] != n or (n > 1 and strides[-1] != 1):
+        return False
+    return all(size == 1 or st == 0 for size, st in zip(shape[:-1], strides[:-1], strict=True))
+
+
+def _build(
+    out: Tensor,
+    a: Tensor,
+    b: Tensor,
+    bias: Tensor,
+    beta: Any,
+    mode: int,
+    activation: int,
+    algo: int,
+    align: int,
+) -> Any:
+    m, n, k = out.shape[-2], out.shape[-1], a.shape[-1]
+    batch = out.shape[0] if out.ndim == 3 else 1
+    call, copy_a, copy_b, temp = plan_call(
+        batch, m, k, n, _strides3(a), _strides3(b), _strides3(out)
+    )
+    if call is None:
+        return _StagedPlan(copy_a, copy_b, temp, activation, algo)
+    row = mode == _BIAS and beta == 1 and call.swap and batch == 1 and m > 1
+    spec = GemmSpec(
+        call,
+        out.dtype,
+        ROW if row and _is_bias_row(bias, n) else NO_BETA if mode == _NO_BIAS else BETA,
+        activation,
+        algo,
+        align,
+    )
+    if algo == -1 and _tunable.state.is_enabled():
+        spec = replace(spec, algo=_tuned(spec, out, a, b, bias, beta, mode))
+    return _DirectPlan(spec, out, a, b, bias, mode)
+
+
+class _DirectPlan:
+    """Operands the library reads as they are: the library's plan (``GEMM_PLAN``) and the
+    launcher of ``GEMM`` the device's driver prepared, with what the library does not do
+    itself around it (the bias copied into out first, the activation after)."""
+
+    __slots__ = ("device", "library", "run_gemm", "copy_bias", "activation", "workspace")
+
+    def __init__(
+        self, spec: GemmSpec, out: Tensor, a: Tensor, b: Tensor, bias: Tensor, mode: int
+    ) -> None:
+        device = out.device
+        self.device = device
+        found = ask(device, GEMM_PLAN, spec) or _reference_plan(spec)
+        self.library = found  # the library's plan (_cuda's, or the reference's)
+        self.copy_bias = mode == _BIAS and not found.takes_bias
+        self.activation = 0 if found.applies_activation else spec.activation
+        self.workspace = found.workspace  # (bytes, library) to ask of get_workspace, or None
+        views = (
+            _view(out, out),
+            _view(a, a),
+            _view(b, b),
+            _view(out, out if mode == _NO_BIAS else bias.expand(out.shape)),
+            None,
+            None,
+            None,
+        )
+        self.run_gemm = launcher(device, Launch(GEMM, views=views, values=(spec.activation, found)))
 
     def run(
         self,
-        stream: Any,
         out: Tensor,
         a: Tensor,
         b: Tensor,
@@ -147,23 +364,152 @@ class _RegistryPlan:
         pb: int,
         po: int,
     ) -> None:
-        gemm_op(out, a, b, bias, beta, alpha, 0, self.algo)
+        if self.copy_bias:  # PyTorch's: out = bias, then the product accumulates
+            copy_(out, bias.expand(out.shape))
+            pbias = po
+        else:
+            pbias = bias.data_ptr()
+        workspace = self._space() if self.workspace is not None else 0
+        self.run_gemm(stream_handle(self.device), po, pa, pb, pbias, alpha, beta, workspace)
+        if self.activation:
+            _activate(out, self.activation)
 
-    def product(
-        self, stream: Any, out: Tensor, a: Tensor, b: Tensor, pa: int, pb: int, po: int
+    def product(self, out: Tensor, a: Tensor, b: Tensor, pa: int, pb: int, po: int) -> None:
+        """``out = a @ b`` (mm's form of ``run``: alpha 1, no bias, no activation)."""
+        workspace = self._space() if self.workspace is not None else 0
+        self.run_gemm(stream_handle(self.device), po, pa, pb, po, 1.0, 0.0, workspace)
+
+    def _space(self) -> int:
+        """The library's workspace on the current stream."""
+        size, library = self.workspace
+        return _memory.get_workspace(size, library=library, stream=current_stream(self.device))
+
+
+def _view(t: Tensor, like: Tensor) -> View:
+    """How the reference sees ``like`` (of ``t``'s dtype): its shape and byte strides."""
+    item = t.element_size()
+    return View(tuple(like.shape), tuple(s * item for s in like.stride()), t.dtype.np)
+
+
+class _StagedPlan:
+    """Operands cuBLAS cannot read as they are: copied once (as PyTorch does), or a result
+    computed into a contiguous tensor and copied into ``out``."""
+
+    __slots__ = ("copy_a", "copy_b", "temp", "activation", "algo")
+
+    def __init__(self, copy_a: bool, copy_b: bool, temp: bool, activation: int, algo: int):
+        self.copy_a, self.copy_b, self.temp = copy_a, copy_b, temp
+        self.activation, self.algo = activation, algo
+
+    def run(
+        self,
+        out: Tensor,
+        a: Tensor,
+        b: Tensor,
+        bias: Tensor,
+        beta: Any,
+        alpha: Any,
+        pa: int,
+        pb: int,
+        po: int,
     ) -> None:
+        a = a.contiguous() if self.copy_a else a
+        b = b.contiguous() if self.copy_b else b
+        if not self.temp:
+            gemm(out, a, b, bias, beta, alpha, self.activation, self.algo)
+            return
+        target = Tensor._empty(out.shape, out.dtype, out.device)
+        if bias is out and beta != 0:
+            copy_(target, out)
+            bias = target
+        gemm(target, a, b, bias, beta, alpha, self.activation, self.algo)
+        copy_(out, target)
+
+    def product(self, out: Tensor, a: Tensor, b: Tensor, pa: int, pb: int, po: int) -> None:
         """``out = a @ b`` (mm's form of ``run``)."""
-        gemm_op(out, a, b, out, 0.0, 1.0, 0, self.algo)
+        self.run(out, a, b, out, 0.0, 1.0, pa, pb, po)
 
 
-def product_plan(out: Tensor, a: Tensor, b: Tensor, pointers: int) -> Any:
-    """The plan of ``out = a @ b`` (checked; M, N and K > 0; ``pointers`` the bitwise or of
-    the three data pointers), as ``gemm`` would run it. Its ``product(stream, out, a, b, pa,
-    pb, po)`` queues the product on ``stream`` (the current one of the device) for any
-    tensors of the same shapes, strides, dtype, device and alignment, until a
-    ``vram.backends.cuda`` setting or TunableOp's state changes."""
+# ---- K == 0 and unfused activations --------------------------------------------------------
+
+
+def _bias_only(out: Tensor, bias: Tensor, beta: Any, activation: int) -> None:
+    """K == 0: ``out = act(beta * bias)``, with no library call (as PyTorch)."""
+    if beta == 0:
+        fill_(out, 0)
+        return
+    if bias is not out:
+        copy_(out, bias.expand(out.shape))
+    if beta != 1:
+        mul(out, beta, out=out)
+    if activation:
+        _activate(out, activation)
+
+
+def _activate(out: Tensor, activation: int) -> None:
+    """relu (1) or tanh-gelu (2) of ``out`` in place (the pointwise ops)."""
+    pointwise(_ACTIVATION_OPS[activation], (out,), out=out)
+
+
+# ---- TunableOp -------------------------------------------------------------------------------
+
+
+def _tuned(
+    spec: GemmSpec, out: Tensor, a: Tensor, b: Tensor, bias: Tensor, beta: Any, mode: int
+) -> int:
+    """TunableOp's candidate for this problem: remembered, or tuned now (synchronizes);
+    Default (0) on a device without a library (cpu). Candidates run with alpha 1: the
+    choice is the problem's, whatever the scale."""
     device = out.device
-    if device.type == "cuda":
-        stream = current_stream(device)
-        return _cuda.plan(stream, out, a, b, out, 0.0, 0, -1, pointers)
-    return _RegistryPlan(_tunable.sim_algorithm(out, a, b, out, 0.0, 1.0, 0))
+    library = ask(device, BLAS_LIBRARY, device.index)
+    if library is None:
+        return 0
+    call = spec.call
+    problem = _tunable.make_problem(
+        out.dtype.name, call.transa, call.transb, call.m, call.n, call.k,
+        (call.lda, call.ldb, call.ldc), call.batch, spec.bias == ROW, spec.activation, library,
+    )  # fmt: skip
+    tuning = _Tuning(out, a, b, bias, beta, mode, spec.activation)
+    tf32 = out.dtype is float32 and _cuda.flag(out.dtype)
+    return _tunable.choose(
+        problem,
+        lambda: ask(device, GEMM_CANDIDATES, spec),
+        tuning.run,
+        lambda algo: ask(device, GEMM_TIME, spec, tuning, algo),
+        _tunable.tolerance(out.dtype.name, tf32),
+    )
+
+
+class _Tuning:
+    """A problem's candidates run into a scratch output of ``out``'s layout and alignment,
+    on the current stream: ``run(algo)`` (its result, on the host: synchronizes) and
+    ``queue(algo)`` (for timing)."""
+
+    def __init__(
+        self, out: Tensor, a: Tensor, b: Tensor, bias: Tensor, beta: Any, mode: int, act: int
+    ) -> None:
+        self.out, self.a, self.b, self.beta, self.mode, self.activation = out, a, b, beta, mode, act
+        self.scratch = _scratch_like(out)
+        self.bias = self.scratch if mode == _BIAS_IS_OUT else bias
+        self.stream = current_stream(out.device)
+
+    def run(self, algo: int) -> np.ndarray:
+        if self.mode == _BIAS_IS_OUT:
+            copy_(self.scratch, self.out)
+        self.queue(algo)
+        return self.scratch.numpy()
+
+    def queue(self, algo: int) -> None:
+        gemm(self.scratch, self.a, self.b, self.bias, self.beta, 1.0, self.activation, algo)
+
+
+def _scratch_like(out: Tensor) -> Tensor:
+    """A new tensor with ``out``'s shape, strides and pointer alignment (so that the
+    candidates run as they will on ``out``)."""
+    item = out.element_size()
+    extent = sum((n - 1) * s for n, s in zip(out.shape, out.stride(), strict=True)) + 1
+    shift = (out.data_ptr() % _MAX_ALIGN) // item
+    flat = Tensor._empty((extent + _MAX_ALIGN // item,), out.dtype, out.device)
+    base = flat.data_ptr() % _MAX_ALIGN // item
+    offset = (shift - base) % (_MAX_ALIGN // item)
+    return flat._view(out.shape, out.stride(), flat.storage_offset() + offset)

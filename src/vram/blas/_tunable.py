@@ -24,11 +24,15 @@ PyTorch's design (aten/src/ATen/cuda/tunable), with its names, settings and file
   ``..._MAX_TUNING_ITERATIONS`` (each read as ``PYTORCH_TUNABLEOP_*`` when the VRAM_ name is
   unset). As in PyTorch, the variables are read once and win over the functions.
 
-On the simulated GPU the candidates are the sim's own algorithms (Default: one fp32 pass;
-candidate i: K split into 2**(i+1) chunks, see ``_ops.numpy_gemm``), validated the same
-way, and "timed" by the sim's deterministic cost model (``_sim_ms``) instead of events, so
-the same problem always picks the same algorithm: wall-clock time of NumPy would not say
-anything about a GPU, and a test could not rely on it.
+What differs between devices is asked of the device's BLAS library (``_ops`` declares the
+queries, ``Driver.ask`` answers them; the cpu device has no library and no TunableOp): its
+identity (``Library``: the versions a results file must match, the device ordinal its name
+takes), its candidates and how long one runs. On the simulated GPU the candidates are the
+sim's own algorithms (Default: one fp32 pass; candidate i: K split into 2**i chunks, see
+``_ops.numpy_gemm``), validated the same way, and "timed" by the sim's deterministic cost
+model (``sim_ms``) instead of events, so the same problem always picks the same algorithm:
+wall-clock time of NumPy would not say anything about a GPU, and a test could not rely on
+it. The tuning itself (``choose``) is one piece of code for both.
 """
 
 from __future__ import annotations
@@ -45,15 +49,18 @@ from importlib import metadata
 
 import numpy as np
 
-from .._tensor import Tensor
-from ._layout import GemmCall, plan_call
+from ._layout import GemmCall
 
 __all__ = [
     "state",
+    "Library",
     "Problem",
     "lookup",
     "tune",
-    "sim_algorithm",
+    "choose",
+    "sim_candidates",
+    "sim_ms",
+    "sim_library",
     "read_file",
     "write_file",
     "resolved_filename",
@@ -149,14 +156,27 @@ def _reset() -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class Library:
+    """The BLAS library of a device as a results file knows it: the versions the file must
+    match, and the device ordinal its name takes (PyTorch's: the index alone on a GPU)."""
+
+    versions: tuple[tuple[str, str], ...]
+    ordinal: str
+
+
+def sim_library(index: int) -> Library:
+    """The simulated GPU's library (its files are named apart from a GPU's)."""
+    return Library((("CUBLAS_VERSION", "sim"), ("CUBLASLT_VERSION", "sim")), f"_sim{index}")
+
+
+@dataclass(frozen=True, slots=True)
 class Problem:
     """One tunable GEMM, named as PyTorch's TunableOp names it."""
 
     op: str
     params: str
     dtype: str  # vram dtype name
-    device_kind: str  # "cuda" or "sim"
-    device_index: int
+    library: Library  # of the device it runs on
     layout: str  # "NN", "NT", ...: TA TB as the op name spells them
 
 
@@ -171,8 +191,7 @@ def make_problem(
     batch: int,
     fused_bias: bool,
     activation: int,
-    device_kind: str,
-    device_index: int,
+    library: Library,
 ) -> Problem:
     ta, tb = "NT"[transa], "NT"[transb]
     kind = "GemmAndBias" if fused_bias else "GemmStridedBatched" if batch > 1 else "Gemm"
@@ -183,7 +202,7 @@ def make_problem(
     params += "_ld_{}_{}_{}".format(*lds)
     if activation:
         params += ("", "_relu", "_gelu")[activation]
-    return Problem(op, params, dtype, device_kind, device_index, ta + tb)
+    return Problem(op, params, dtype, library, ta + tb)
 
 
 def candidate_name(problem: Problem, algo: int) -> str:
@@ -207,7 +226,7 @@ def solution_algo(problem: Problem, solution: str) -> int | None:
 def lookup(problem: Problem) -> int | None:
     """The remembered candidate for ``problem``, reading the results file on first use."""
     with state.lock:
-        _load_once(problem.device_kind, problem.device_index)
+        _load_once(problem.library)
         found = state.results.get(problem.op, {}).get(problem.params)
     if found is None:
         return None
@@ -232,14 +251,13 @@ def record(problem: Problem, algo: int, ms: float) -> None:
             state.changed()
 
 
-def resolved_filename(device_kind: str = "cuda", device_index: int = 0) -> str:
+def resolved_filename(library: Library) -> str:
     """The results file: as set, or the variable's / PyTorch's default with the device
     ordinal inserted (``tunableop_results0.csv``; ``tunableop_results_sim0.csv`` for sim:0)."""
     with state.lock:
         if state.filename is None:
             name = state.env["filename"] or _DEFAULT_FILENAME
-            ordinal = f"{device_index}" if device_kind == "cuda" else f"_sim{device_index}"
-            state.filename = insert_ordinal(str(name), ordinal)
+            state.filename = insert_ordinal(str(name), library.ordinal)
         return state.filename
 
 
@@ -253,35 +271,28 @@ def insert_ordinal(filename: str, ordinal: str) -> str:
     return f"{stem}{ordinal}.{suffix}" if dot and stem else f"{filename}{ordinal}"
 
 
-def validators(device_kind: str = "cuda") -> dict[str, str]:
+def validators(library: Library) -> dict[str, str]:
     """What a results file must match: vram's version and the BLAS libraries' versions."""
     try:
         version = metadata.version("vram")
     except metadata.PackageNotFoundError:
         version = "unknown"
-    found = {"VRAM_VERSION": version}
-    if device_kind == "cuda":
-        from ..driver import _cublas
-
-        found.update(_cublas.versions())
-    else:
-        found.update({"CUBLAS_VERSION": "sim", "CUBLASLT_VERSION": "sim"})
-    return found
+    return {"VRAM_VERSION": version, **dict(library.versions)}
 
 
-def _load_once(device_kind: str, device_index: int) -> None:
+def _load_once(library: Library) -> None:
     if state.loaded:
         return
     state.loaded = True
-    filename = resolved_filename(device_kind, device_index)
+    filename = resolved_filename(library)
     if filename and os.path.exists(filename):
-        read_file(filename, device_kind)
+        read_file(filename, library)
         state.from_file = sum(len(v) for v in state.results.values())
     if not _exit_hook_registered:
-        _register_exit_hook(device_kind)
+        _register_exit_hook(library)
 
 
-def read_file(filename: str, device_kind: str = "cuda") -> bool:
+def read_file(filename: str, library: Library) -> bool:
     """Merge the results of a TunableOp CSV file (existing results win); False, with a
     warning, when it cannot be read (missing, not text, not CSV, a time that is not a
     number) or its validators differ from this process's. Nothing is merged then."""
@@ -299,7 +310,7 @@ def read_file(filename: str, device_kind: str = "cuda") -> bool:
         warnings.warn(f"TunableOp: cannot read {filename!r}: {exc}", RuntimeWarning, stacklevel=2)
         return False
     found = {row[1]: row[2] for row in rows if row[0] == "Validator" and len(row) >= 3}
-    expected = validators(device_kind)
+    expected = validators(library)
     if found != expected:
         warnings.warn(
             f"TunableOp: {filename!r} was tuned with {found}, this process has {expected}; "
@@ -315,10 +326,10 @@ def read_file(filename: str, device_kind: str = "cuda") -> bool:
     return True
 
 
-def write_file(filename: str, device_kind: str = "cuda") -> bool:
+def write_file(filename: str, library: Library) -> bool:
     """Write the validators and every result to ``filename`` (PyTorch's CSV)."""
     with state.lock:
-        rows = [["Validator", key, value] for key, value in validators(device_kind).items()]
+        rows = [["Validator", key, value] for key, value in validators(library).items()]
         for op, entries in state.results.items():
             for params, (solution, ms) in entries.items():
                 rows.append([op, params, solution, f"{ms:.6g}"])
@@ -334,7 +345,7 @@ def write_file(filename: str, device_kind: str = "cuda") -> bool:
 _exit_hook_registered = False
 
 
-def _register_exit_hook(device_kind: str) -> None:
+def _register_exit_hook(library: Library) -> None:
     global _exit_hook_registered
     _exit_hook_registered = True
 
@@ -345,7 +356,7 @@ def _register_exit_hook(device_kind: str) -> None:
             return
         if total > s.from_file:
             try:
-                write_file(s.filename, device_kind)
+                write_file(s.filename, library)
             except Exception:  # at exit, a failed write must not raise
                 pass
 
@@ -413,6 +424,23 @@ def tune(
     return best
 
 
+def choose(
+    problem: Problem,
+    candidates: Callable[[], list[int]],
+    run: Callable[[int], np.ndarray | None],
+    time_ms: Callable[[int], float],
+    rtol: float,
+) -> int:
+    """TunableOp's algorithm for ``problem``: remembered, or tuned now among
+    ``candidates()`` (asked only then) when tuning is on, else Default (0, not recorded)."""
+    found = lookup(problem)
+    if found is not None:
+        return found
+    if not state.is_tuning():
+        return 0
+    return tune(problem, candidates(), run, time_ms, rtol)
+
+
 def iterations_for(estimate_ms: float) -> int:
     """Timed runs for a candidate whose one run took ``estimate_ms`` (PyTorch's rule)."""
     limit = state.iterations()
@@ -432,9 +460,15 @@ _SIM_BYTES_PER_MS = 3.0e9  # memory traffic per ms for the split-K reduction
 _SIM_LAUNCH_MS = 0.004  # one kernel launch
 
 
-def _sim_ms(m: int, n: int, k: int, batch: int, itemsize: int, algo: int) -> float:
-    """The sim's cost model of candidate ``algo``: output tiles (times K chunks) run in
-    waves of 132; split-K adds a reduction pass and a launch."""
+def sim_candidates() -> list[int]:
+    """The sim's candidates: Default and its split-K variants."""
+    return list(range(SIM_CANDIDATES + 1))
+
+
+def sim_ms(call: GemmCall, algo: int) -> float:
+    """The sim's cost model of candidate ``algo`` for ``call``: output tiles (times K
+    chunks) run in waves of 132; split-K adds a reduction pass and a launch."""
+    m, n, k, batch = call.m, call.n, call.k, call.batch
     splits = 1 if algo == 0 else min(2**algo, max(k, 1))
     tiles = math.ceil(m / _SIM_TILE) * math.ceil(n / _SIM_TILE) * batch
     waves = math.ceil(tiles * splits / _SIM_UNITS)
@@ -443,54 +477,3 @@ def _sim_ms(m: int, n: int, k: int, batch: int, itemsize: int, algo: int) -> flo
     if splits > 1:
         ms += splits * m * n * batch * 4 / _SIM_BYTES_PER_MS + _SIM_LAUNCH_MS
     return ms
-
-
-def sim_algorithm(
-    out: Tensor, a: Tensor, b: Tensor, bias: Tensor, beta: float, alpha: float, activation: int
-) -> int:
-    """The algorithm for a GEMM on the sim (or the cpu device): TunableOp's when enabled."""
-    device = out.device
-    if device.type != "sim" or not state.is_enabled():
-        return 0
-    from . import _ops
-
-    m, n, k = out.shape[-2], out.shape[-1], a.shape[-1]
-    batch = out.shape[0] if out.ndim == 3 else 1
-    call = _sim_call(a, b, out)
-    problem = make_problem(
-        out.dtype.name, call.transa, call.transb, call.m, call.n, k,
-        (call.lda, call.ldb, call.ldc), batch, False, activation, "sim", device.index,
-    )  # fmt: skip
-    found = lookup(problem)
-    if found is not None:
-        return found
-    if not state.is_tuning():
-        return 0
-    host = [t.numpy() for t in (a, b, bias)]
-    template = out.numpy()
-
-    def run(algo: int) -> np.ndarray:
-        scratch = template.copy()
-        _ops.numpy_gemm(scratch, host[0], host[1], host[2], beta, alpha, activation, algo)
-        return scratch
-
-    def time_ms(algo: int) -> float:
-        return _sim_ms(m, n, k, batch, out.element_size(), algo)
-
-    candidates = list(range(SIM_CANDIDATES + 1))
-    return tune(problem, candidates, run, time_ms, tolerance(out.dtype.name, False))
-
-
-def _sim_call(a: Tensor, b: Tensor, out: Tensor) -> GemmCall:
-    """The cuBLAS call the GPU would make for these tensors (names the problem on sim)."""
-
-    def strides(t: Tensor) -> tuple[int, int, int]:
-        s = t.stride()
-        return (s[0], s[1], s[2]) if t.ndim == 3 else (0, s[0], s[1])
-
-    m, n, k = out.shape[-2], out.shape[-1], a.shape[-1]
-    batch = out.shape[0] if out.ndim == 3 else 1
-    call = plan_call(batch, m, k, n, strides(a), strides(b), strides(out))[0]
-    if call is None:  # the GPU copies such operands first: name them as contiguous ones
-        call = GemmCall(True, 0, 0, n, m, k, n, k, n, batch, k * n, m * k, m * n)
-    return call

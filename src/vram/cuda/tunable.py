@@ -19,7 +19,8 @@ Environment variables (read once, and they win over these functions, as in PyTor
 from __future__ import annotations
 
 from .._device import current_device_obj
-from ..blas import _tunable
+from ..blas import _ops, _tunable
+from ..ops._plans import ask
 
 __all__ = [
     "enable",
@@ -40,9 +41,10 @@ __all__ = [
 ]
 
 
-def _kind() -> tuple[str, int]:
+def _library() -> _tunable.Library:
+    """The current device's BLAS library, as a results file knows it."""
     device = current_device_obj()
-    return device.type, device.index or 0
+    return ask(device, _ops.BLAS_LIBRARY, device.index) or _tunable.Library((), "")
 
 
 def enable(val: bool = True) -> None:
@@ -96,9 +98,7 @@ def set_filename(filename: str, insert_device_ordinal: bool = False) -> None:
     if not isinstance(filename, str):
         raise TypeError(f"filename: expected a str, got {type(filename).__name__}")
     if insert_device_ordinal:
-        kind, index = _kind()
-        ordinal = f"{index}" if kind == "cuda" else f"_{kind}{index}"
-        filename = _tunable.insert_ordinal(filename, ordinal)
+        filename = _tunable.insert_ordinal(filename, _library().ordinal)
     state = _tunable.state
     with state.lock:
         state.filename = filename
@@ -108,7 +108,7 @@ def set_filename(filename: str, insert_device_ordinal: bool = False) -> None:
 
 def get_filename() -> str:
     """The results file (the default ``tunableop_results<device>.csv`` until one is set)."""
-    return _tunable.resolved_filename(*_kind())
+    return _tunable.resolved_filename(_library())
 
 
 def get_results() -> tuple[tuple[str, str, str, float], ...]:
@@ -124,7 +124,7 @@ def get_results() -> tuple[tuple[str, str, str, float], ...]:
 
 def get_validators() -> tuple[tuple[str, str], ...]:
     """What a results file must match to be used: (key, value) pairs."""
-    return tuple(_tunable.validators(_kind()[0]).items())
+    return tuple(_tunable.validators(_library()).items())
 
 
 def write_file_on_exit(val: bool) -> None:
@@ -134,10 +134,10 @@ def write_file_on_exit(val: bool) -> None:
 
 def write_file(filename: str | None = None) -> bool:
     """Write the results (PyTorch's CSV) to ``filename`` (default ``get_filename()``)."""
-    return _tunable.write_file(filename if filename is not None else get_filename(), _kind()[0])
+    return _tunable.write_file(filename if filename is not None else get_filename(), _library())
 
 
 def read_file(filename: str | None = None) -> bool:
     """Merge the results of ``filename`` (default ``get_filename()``); False, with a warning,
     when it cannot be read or was tuned with other library versions."""
-    return _tunable.read_file(filename if filename is not None else get_filename(), _kind()[0])
+    return _tunable.read_file(filename if filename is not None else get_filename(), _library())

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ._work import Launch, Launcher
+from ._work import Launch, Launcher, Query
 
 __all__ = [
     "Driver",
@@ -301,6 +301,11 @@ class Driver(ABC):
         kernel's NumPy reference. With ``CUDA_LAUNCH_BLOCKING=1`` set when the driver was
         made, every run waits for the work and a failure names the kernel. Synchronizes only
         then."""
+
+    @abstractmethod
+    def ask(self, device: int, query: Query, *args: Any) -> Any:
+        """``query``'s answer for ``device`` (see ``_work.Query``): cuda asks the library
+        (``query.cuda``), sim gives its simulated library's answer (``query.reference``)."""
 
     def compile(self, device: int, source: str, name: str) -> Any:
         """Compile CUDA C++ ``source`` and return the kernel ``name`` (cached by source)."""

@@ -42,7 +42,7 @@ from cuda.bindings import driver as cu
 from .._errors import CudaError
 from ._base import MEMPOOL_ATTRIBUTES, CaptureInfo, DeviceProperties, Driver, KernelArg
 from ._nvrtc import arch_for, compile_program
-from ._work import Launch, Launcher, LibraryCall, PackedParams
+from ._work import Launch, Launcher, LibraryCall, PackedParams, Query
 
 __all__ = ["CudaDriver", "CudaKernel"]
 
@@ -788,6 +788,10 @@ class CudaDriver(Driver):
                 self._wait_blocking(stream, work.name, launch.entry)
 
         return run
+
+    def ask(self, device: int, query: Query, *args: Any) -> Any:
+        """The library's answer: ``query.cuda(self, device, *args)``."""
+        return query.cuda(self, device, *args)
 
     def _prepare_cluster(self, device: int, kernel: CudaKernel, launch: Launch) -> Launcher:
         """A launch in thread block clusters (cuLaunchKernelEx), packed as ``run``'s."""

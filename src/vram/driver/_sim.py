@@ -46,7 +46,7 @@ from .._units import parse_bytes
 from ._base import DeviceProperties, Driver
 from ._simgraph import SimGraphs
 from ._simpool import SimMemPool
-from ._work import Launch, Launcher, host_arguments
+from ._work import Launch, Launcher, Query, fixed_touches, host_arguments, host_values
 
 __all__ = ["SimDriver", "check_capacity", "MAX_DEVICES", "MAX_CAPACITY"]
 
@@ -512,7 +512,9 @@ class SimDriver(SimGraphs, Driver):
 
     # ---- memory access for the sim kernels -------------------------------------------
     def view(self, ptr: int, nbytes: int) -> np.ndarray:
-        """A writable uint8 view of ``nbytes`` of device memory at ``ptr``."""
+        """A writable uint8 view of ``nbytes`` of device memory at ``ptr``, or of page-locked
+        host memory (``host_alloc``'s), which kernels reach at its own address as on a GPU
+        (unified addressing)."""
         for mem in self._memory:
             rng = mem.find(ptr)
             if rng is None:
@@ -523,6 +525,10 @@ class SimDriver(SimGraphs, Driver):
             if rng.kind == "reserve" and not _covered(rng.mapped, offset, nbytes):
                 break
             return rng.buffer[offset : offset + nbytes]
+        with self._lock:
+            for start, buffer in self._host.items():
+                if start <= ptr and ptr + nbytes <= start + buffer.nbytes:
+                    return buffer[ptr - start : ptr - start + nbytes]
         raise CudaError("memory access", "CUDA_ERROR_ILLEGAL_ADDRESS", f"{nbytes} B at {ptr:#x}")
 
     # ---- streams -------------------------------------------------------------------
@@ -610,24 +616,32 @@ class SimDriver(SimGraphs, Driver):
         """``launch`` ready to run (see Driver.prepare): a run queues the work's NumPy
         reference on the stream, over views of the simulated memory made when it runs."""
         self._mem(device)
-        reference, values, views = launch.work.reference, launch.values, launch.views
+        reference, views = launch.work.reference, launch.views
         extents = tuple(
             (i, *v.extent()) for i, v in enumerate(views) if v is not None and v.extent()[1]
         )
-        view, enqueue = self.view, self.enqueue
+        fixed: list[tuple] = []  # the Fixed values' touches, found when first observed
+        view = self.view
 
         def run(stream: int, *args: Any) -> None:
             def work() -> None:
-                reference(*host_arguments(launch, args, view), *values)
+                reference(*host_arguments(launch, args, view), *host_values(launch, view))
 
-            touches = ()
+            touches: tuple = ()
             if self.observers:
-                touches = tuple((args[i] + low, nbytes) for i, low, nbytes in extents)
-            enqueue(stream, work, touches)
+                if not fixed:
+                    fixed.append(fixed_touches(launch))
+                touches = tuple((args[i] + low, nbytes) for i, low, nbytes in extents) + fixed[0]
+            self.enqueue(stream, work, touches)  # (looked up a run: every launch goes there)
             if self.launch_blocking:
                 self._wait_blocking(stream, launch)
 
         return run
+
+    def ask(self, device: int, query: Query, *args: Any) -> Any:
+        """The simulated library's answer: ``query.reference(*args)``."""
+        self._mem(device)
+        return query.reference(*args)
 
     def _wait_blocking(self, stream: int, launch: Launch) -> None:
         """CUDA_LAUNCH_BLOCKING: run the work just queued; a failure names it."""

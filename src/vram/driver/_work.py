@@ -19,6 +19,16 @@ once, and calls the prepared launcher for every run:
   tensors, as a kernel does), other per-call values pass as they are, then ``values``.
 - cpu devices have no driver: ``run_on_host`` calls the reference at once over host memory.
 
+Two more things a library needs declare the same way:
+- ``Fixed(pointers, counts, dtypes)`` in ``values``: arrays fixed when the launch is planned
+  that the reference reads or writes (a kernel's pointers that sit in a constant struct, as
+  multi_tensor_apply's metadata): the reference gets the list of arrays, and the sim counts
+  them among the memory the work touches.
+- ``Query(name, cuda, reference)``: a question the device's library answers on the host at
+  once (a workspace's size, the algorithms a heuristic proposes, its version):
+  ``driver.ask(device_index, query, *args)`` calls ``cuda(driver, device, *args)`` on a GPU
+  and ``reference(*args)`` on the sim.
+
 So deferred mode, injected faults, graph capture and the stream sanitizer mean on sim what
 they mean on a GPU, and every kernel is tested on sim against the same reference.
 """
@@ -27,13 +37,23 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Kernel", "LibraryCall", "Arg", "View", "Launch", "Launcher", "run_on_host"]
+__all__ = [
+    "Kernel",
+    "LibraryCall",
+    "Query",
+    "Arg",
+    "View",
+    "Fixed",
+    "Launch",
+    "Launcher",
+    "run_on_host",
+]
 
 Launcher = Callable[..., None]  # (stream handle, *per-call arguments) -> None
 _SLACK = 64  # bytes of zeros after a launch's packed parameters
@@ -66,6 +86,20 @@ class LibraryCall:
         return f"<vram LibraryCall {self.name}>"
 
 
+@dataclass(frozen=True, eq=False)
+class Query:
+    """A question to a CUDA library, answered on the host at once: ``cuda(driver, device,
+    *args)`` asks the library through the driver; ``reference(*args)`` is the simulated
+    device's answer (see ``Driver.ask``)."""
+
+    name: str
+    cuda: Callable[..., Any]
+    reference: Callable[..., Any]
+
+    def __repr__(self) -> str:
+        return f"<vram Query {self.name}>"
+
+
 @dataclass(frozen=True, slots=True)
 class Arg:
     """A kernel parameter given per call, as a ``struct`` format: "P" a pointer, "q" int64,
@@ -91,6 +125,34 @@ class View:
         return low, high - low + self.dtype.itemsize
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Fixed:
+    """Arrays fixed when a launch is planned, for ``Launch.values``: the reference gets the
+    list of 1-D contiguous arrays of ``counts[i]`` elements of ``dtypes[i]`` at
+    ``pointers[i]`` (made when the work runs); the cuda kernel has the pointers in its
+    constant parameters. Sequences of any kind (NumPy arrays too: a plan of many tensors
+    makes them without a Python object per pointer)."""
+
+    pointers: Sequence[int]
+    counts: Sequence[int]
+    dtypes: Sequence[np.dtype]
+
+    def arrays(self, view: Callable[[int, int], Any]) -> list[np.ndarray]:
+        """The arrays, over memory ``view(start, nbytes)`` gives."""
+        return [
+            strided_array(view, int(p), View((int(n),), (dt.itemsize,), dt))
+            for p, n, dt in zip(self.pointers, self.counts, self.dtypes, strict=True)
+        ]
+
+    def touches(self) -> tuple[tuple[int, int], ...]:
+        """The (start, nbytes) ranges of memory the arrays span."""
+        return tuple(
+            (int(p), int(n) * dt.itemsize)
+            for p, n, dt in zip(self.pointers, self.counts, self.dtypes, strict=True)
+            if n
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class Launch:
     """One launch of ``work`` as a plan keeps it.
@@ -99,9 +161,10 @@ class Launch:
     anything else is constant (an int is a 64-bit pointer or size, a NumPy scalar its own
     type, bytes a struct by value). ``views``: one per per-call argument that is a pointer the
     reference reads or writes as an array (None: passed to it as an int, or not a pointer).
-    ``values``: constants the reference takes after the per-call arguments. For a
-    ``LibraryCall`` only ``views`` and ``values`` count: the cuda function takes the per-call
-    arguments and then ``values`` too.
+    ``values``: constants the reference takes after the per-call arguments (a ``Fixed``
+    among them becomes its list of arrays). For a ``LibraryCall`` only ``views`` and
+    ``values`` count: the cuda function takes the per-call arguments and then ``values`` (as
+    they are) too.
     """
 
     work: Kernel | LibraryCall
@@ -136,15 +199,14 @@ class PackedParams:
         per_call: list[tuple[int, str]] = []  # (parameter index, format)
         constants: list[tuple[int, bytes, int]] = []  # (index, bytes, alignment)
         for i, p in enumerate(params):
-            if isinstance(p, Arg):
-                per_call.append((i, p.format))
+            if isinstance(p, Arg):  # a pointer packs as an unsigned 64-bit integer ("P" exists
+                per_call.append((i, p.format.replace("P", "Q")))  # in native mode only)
             else:
                 constants.append((i, *_constant_bytes(p)))
         offsets: dict[int, int] = {}
         fmt = "<"
         at = 0
         for i, f in per_call:
-            f = f.replace("P", "Q")  # a pointer: 8 bytes ("P" exists in native mode only)
             align = struct.calcsize("<" + f[0])
             pad = -at % align
             fmt += "x" * pad
@@ -195,7 +257,20 @@ def _constant_bytes(value: Any) -> tuple[bytes, int]:
 def run_on_host(launch: Launch, args: tuple[Any, ...], view: Callable[[int, int], Any]) -> None:
     """Run ``launch``'s reference now over host memory (the cpu device): ``view(ptr,
     nbytes)`` gives the uint8 array at a host address."""
-    launch.work.reference(*host_arguments(launch, args, view), *launch.values)
+    launch.work.reference(*host_arguments(launch, args, view), *host_values(launch, view))
+
+
+def host_values(launch: Launch, view: Callable[[int, int], Any]) -> tuple[Any, ...]:
+    """The reference's constant arguments: ``launch.values``, each ``Fixed`` its arrays."""
+    values = launch.values
+    if not any(type(v) is Fixed for v in values):
+        return values
+    return tuple(v.arrays(view) if type(v) is Fixed else v for v in values)
+
+
+def fixed_touches(launch: Launch) -> tuple[tuple[int, int], ...]:
+    """The memory the ``Fixed`` values of ``launch`` span."""
+    return tuple(t for v in launch.values if type(v) is Fixed for t in v.touches())
 
 
 def host_arguments(launch: Launch, args: tuple[Any, ...], view: Callable[[int, int], Any]):

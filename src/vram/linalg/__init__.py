@@ -9,8 +9,9 @@ vram's own blocked LU and solve (kernels/lu.cu with cuBLAS's GEMM, real dtypes: 
 small and middling matrices, and batched solves), cuBLAS's batched routines, cuSOLVER's
 per matrix with ONE workspace for the batch (one matrix), or cuSOLVER's spread over side
 streams (batches of large matrices); ``vram.backends.cuda.preferred_linalg_library``
-overrides them. On the simulated GPU the same dispatch runs, with NumPy standing in for
-the libraries and kernels (LAPACK's semantics).
+overrides them. Each kernel and library call is declared once with its NumPy reference
+(``_calls``, LAPACK's semantics): on the simulated GPU the same dispatch runs, the
+references queued in place of the libraries and kernels.
 
 Pivots are PyTorch's: LAPACK's, 1-based, int32. For complex matrices they depend on the
 library, as PyTorch's do: cuSOLVER picks the entry of largest |re| + |im| (LAPACK's rule),

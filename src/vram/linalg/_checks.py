@@ -19,7 +19,7 @@ import numpy as np
 from .._dtypes import complex64, complex128, dtype, float32, float64
 from .._streams import current_stream
 from .._tensor import Tensor, broadcast_shapes
-from ._libs import PinnedArray, libs_for, per_thread
+from ._libs import LIBS, PinnedArray, per_thread
 
 __all__ = [
     "LinAlgError",
@@ -164,7 +164,7 @@ def check_errors(
         stream.synchronize()
         if not flag.value[0]:
             return  # no zero pivot, and the blocked LU writes no negative info
-    found = libs_for(info.device.type).first_nonzero(stream, info.data_ptr(), info.numel())
+    found = LIBS.first_nonzero(stream, info.data_ptr(), info.numel())
     if found is None:
         return
     first, value = found

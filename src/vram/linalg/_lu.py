@@ -39,7 +39,7 @@ from . import _blocked, _checks
 from ._batch import ahead_events, ahead_streams, run_batch
 from ._blocked import PanelConfig
 from ._dispatch import Plan, plan_lu_for
-from ._libs import libs_for
+from ._libs import LIBS
 from ._replay import replayed
 from ._workspace import CallWorkspaces
 
@@ -164,7 +164,7 @@ def factor(
     if source is not None:
         lu.copy_(source)
     stream = current_stream(lu.device)
-    libs = libs_for(lu.device.type)
+    libs = LIBS
     item = lu.dtype.itemsize
     base, stride = lu.data_ptr(), m * n * item
     ipiv, infos = pivots.data_ptr(), info.data_ptr()
@@ -172,7 +172,8 @@ def factor(
     if plan.path == "cublas":
         arrays = spaces.get(8 * batch, "linalg", stream)
         libs.pointers(stream, arrays, base, stride, batch)
-        libs.getrf_batched(stream, dtype, n, arrays, m, ipiv if pivot else 0, infos, batch)
+        libs.getrf_batched(stream, dtype, n, arrays, base, stride, m, ipiv if pivot else 0, infos,
+                           batch)  # fmt: skip
     elif plan.algo is None and m * n < X_API_ELEMENTS:
         args = (dtype, m, n, batch, base, stride, ipiv, infos, pivot)
         _getrf_legacy(libs, spaces, stream, plan, *args)
@@ -212,7 +213,7 @@ def _factor_blocked(
             read = (source.data_ptr(), step, rows, cols)
     device = lu.device
     stream = current_stream(device)
-    libs = libs_for(device.type)
+    libs = LIBS
     ipiv = pivots.data_ptr()
     if read is None and _blocked.look_ahead(m, n, batch, clusters):  # (plan: supported)
         _factor_ahead(libs, stream, lu, ipiv, info, pivot, dtype, m, n, batch, clusters, failed)
@@ -246,6 +247,9 @@ def _factor_ahead(
     panels, side = ahead_streams(device)
     enter, leave, *steps = ahead_events(device)
     ptr, infos = lu.data_ptr(), info.data_ptr()
+    enter.record(stream)
+    panels.wait_event(enter)
+    side.wait_event(enter)  # both join a capture of the caller's before taking workspaces
     spaces = (libs.lu_update_workspace(panels), libs.lu_update_workspace(side))
     key = (device, panels.cuda_stream, dtype, m, n, batch, pivot, ptr, ipiv, infos, spaces,
            failed, _blocked.tables(dtype))  # fmt: skip
@@ -255,11 +259,11 @@ def _factor_ahead(
         _blocked.factor(libs, panels, dtype, m, n, batch, ptr, ipiv, infos, pivot, None,
                         clusters, ahead, failed=failed)  # fmt: skip
 
-    enter.record(stream)
-    panels.wait_event(enter)
     replayed(panels, key, queue)
     leave.record(panels)
     stream.wait_event(leave)
+    enter.record(side)  # (a capture of the caller's takes the side stream back, too)
+    stream.wait_event(enter)
 
 
 def _getrf_legacy(

@@ -28,7 +28,7 @@ from ..driver._cusolver import OP_C, OP_N, OP_T, X_API_ELEMENTS
 from . import _blocked, _checks
 from ._batch import run_batch
 from ._dispatch import Plan, plan_solve
-from ._libs import libs_for
+from ._libs import LIBS
 from ._lu import batch_stride, column_major_empty, factor, factors_empty
 from ._workspace import CallWorkspaces
 
@@ -84,7 +84,7 @@ def solve_in_place(
         return Plan("cusolver")
     dtype = x.dtype.name
     stream = current_stream(x.device)
-    libs = libs_for(x.device.type)
+    libs = LIBS
     plan = plan or plan_solve(n, nrhs, batch, dtype)
     if plan.path == "blocked":
         _solve_blocked(libs, stream, lu, pivots, x, trans, source)
@@ -100,9 +100,8 @@ def solve_in_place(
         arrays = spaces.get(16 * batch, "linalg", stream)
         libs.pointers(stream, arrays, a, a_step, batch)
         libs.pointers(stream, arrays + 8 * batch, b, b_step, batch)
-        libs.getrs_batched(
-            stream, dtype, trans, n, nrhs, arrays, n, ipiv, arrays + 8 * batch, n, batch
-        )
+        libs.getrs_batched(stream, dtype, trans, n, nrhs, arrays, a, a_step, ipiv,
+                           arrays + 8 * batch, b, b_step, batch)  # fmt: skip
         return plan
     wide = n * n >= X_API_ELEMENTS or n * nrhs >= X_API_ELEMENTS
     # per matrix: an info slot (getrs reports bad arguments there), and for Xgetrs the
@@ -118,12 +117,8 @@ def solve_in_place(
 
     def call(s: Stream, ws: None, i: int) -> None:
         info = scratch + 4 * i
-        if wide:
-            piv = pivots64 + 8 * n * i
-            libs.xgetrs(s, dtype, trans, n, nrhs, a + a_step * i, n, piv, b + b_step * i, n, info)
-        else:
-            piv = ipiv + 4 * n * i
-            libs.getrs(s, dtype, trans, n, nrhs, a + a_step * i, n, piv, b + b_step * i, n, info)
+        piv = pivots64 + 8 * n * i if wide else ipiv + 4 * n * i
+        libs.getrs(s, dtype, trans, n, nrhs, a + a_step * i, n, piv, b + b_step * i, n, info, wide)
 
     run_batch(stream, batch, plan.streams, no_workspace, call)
     return plan
@@ -229,14 +224,13 @@ def _solve_packed(
     if conjugate:
         out.copy_(B.expand(*batch, nrhs, n))
         stream = current_stream(B.device)
-        libs = libs_for(B.device.type)
-        libs.conj(stream, B.dtype.name, out.data_ptr(), out.numel())
+        LIBS.conj(stream, B.dtype.name, out.data_ptr(), out.numel())
         solve_in_place(lu, pivots, out.transpose(-2, -1), trans, plan)
     else:
         source = B.expand(*batch, nrhs, n).transpose(-2, -1)
         solve_in_place(lu, pivots, out.transpose(-2, -1), trans, plan, source=source)
     if conjugate:
-        libs.conj(stream, B.dtype.name, out.data_ptr(), out.numel())
+        LIBS.conj(stream, B.dtype.name, out.data_ptr(), out.numel())
     return out
 
 
@@ -401,8 +395,7 @@ def det(A: Tensor) -> Tensor:
     count = math.prod(batch)
     if count:
         stream = current_stream(A.device)
-        libs = libs_for(A.device.type)
-        libs.det(stream, A.dtype.name, out.data_ptr(), lu.data_ptr(), pivots.data_ptr(), n, count)
+        LIBS.det(stream, A.dtype.name, out.data_ptr(), lu.data_ptr(), pivots.data_ptr(), n, count)
     return out
 
 
@@ -419,8 +412,7 @@ def slogdet(A: Tensor) -> Slogdet:
     count = math.prod(batch)
     if count:
         stream = current_stream(A.device)
-        libs = libs_for(A.device.type)
-        libs.slogdet(
+        LIBS.slogdet(
             stream,
             A.dtype.name,
             sign.data_ptr(),

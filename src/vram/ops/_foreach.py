@@ -21,14 +21,16 @@ from __future__ import annotations
 import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
 
 from .._dtypes import bfloat16, dtype, float16, float32, float64
 from .._tensor import Storage, Tensor, contiguous_strides
+from ..driver._work import Arg, Kernel
 from ..memory import allocate
-from ._multi_tensor import TensorListPlan, kernel_source
+from ._multi_tensor import TensorListPlan, kernel_source, list_reference
 
 __all__ = [
     "_foreach_add",
@@ -66,6 +68,9 @@ _ALIGN = 64  # bytes between the views of one output allocation
 
 def _source() -> str:
     return kernel_source("ops/kernels/foreach.cu")
+
+
+_PARAMS = (Arg("d"), Arg("d"))  # the kernel's scalar and alpha, as doubles
 
 
 def _opmath(dt: np.dtype) -> np.dtype:
@@ -231,21 +236,30 @@ def _launch(
     plan = TensorListPlan(lists, extras, extra_dtype=dt.np, check=False)
     depth, nin = len(lists), op.inputs
     out_index = 0 if in_place else nin
-    kernel = (
+    entry = (
         f"vram::foreach::apply<{dt.c_type}, vram::foreach::{op.functor}, {depth}, {nin}, "
         f"{out_index}, {mode}, {{N}}>"
     )
-    element, math = dt.np, _opmath(dt.np)
-    s_value, a_value = math.type(scalar), math.type(alpha)
+    plan.launch(_kernel(op, out_index, mode), entry, _PARAMS, (), (float(scalar), float(alpha)))
 
-    def host(arrays: list[np.ndarray], extra: Any) -> None:
-        s = s_value if extra is None else math.type(extra if mode == 1 else extra[0])
+
+@cache
+def _kernel(op: _Op, out_index: int, mode: int) -> Kernel:
+    """The foreach kernel of ``op`` writing list ``out_index``, with per-tensor scalars of
+    ``mode`` (0 none, 1 numbers, 2 one-element tensors), and its reference: ``op``'s
+    formula in the opmath type, rounded once to the element type."""
+    nin = op.inputs
+
+    def step(arrays: list[np.ndarray], extra: Any, aligned: bool, scalar: float, alpha: float):
+        element = arrays[out_index].dtype
+        math = _opmath(element)
+        s = math.type(scalar if extra is None else extra if mode == 1 else extra[0])
         x = [a.astype(math) for a in arrays[:nin]]
         with np.errstate(all="ignore"):
-            result = op.numpy(x, s, a_value)
+            result = op.numpy(x, s, math.type(alpha))
         arrays[out_index][...] = np.asarray(result, dtype=math).astype(element)
 
-    plan.launch(_source, kernel, (np.float64(scalar), np.float64(alpha)), host=host)
+    return Kernel(f"_foreach {op.functor}", _source(), list_reference(step))
 
 
 def _dense(t: Tensor) -> bool:

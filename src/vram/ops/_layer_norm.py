@@ -22,7 +22,7 @@ from .._dtypes import bfloat16, dtype, float16, float32
 from .._streams import current_handle
 from .._tensor import Tensor, contiguous_strides
 from ..driver._work import Arg, Kernel, Launch, Launcher, View
-from . import _launch
+from ._kernels import KERNEL_DIR, c_type
 from ._math import _torch_name
 from ._plans import launcher, new_tensor
 from ._pointwise import store as _put
@@ -35,7 +35,7 @@ __all__ = ["layer_norm", "LayerNormPlan"]
 
 @cache
 def source() -> str:
-    folder = _launch.KERNEL_DIR
+    folder = KERNEL_DIR
     return "".join(
         (folder / name).read_text()
         for name in ("common.cuh", "group.cuh", "rows.cuh", "layer_norm.cu")
@@ -114,7 +114,7 @@ class LayerNormPlan:
             None,
         )
         self.eps_format = "f" if compute is float32 else "d"
-        types = f"{_launch.c_type(x.dtype)}, {_launch.c_type(w)}, {_launch.c_type(compute)}"
+        types = f"{c_type(x.dtype)}, {c_type(w)}, {c_type(compute)}"
         layout = row_layout(n, rows, item, compute.itemsize, multiprocessors(device))
         kernel = _kernel()
 

@@ -13,12 +13,16 @@ MultiTensorApply.cuh).
 - Blocks: a block works one tile of ``TILE`` elements. PyTorch's 65,536-element chunks in
   blocks of 512 threads leave a long last wave on 132 SMs; quarter-size tiles keep it short.
 - A ``TensorListPlan`` is built once and launched any number of times (the optimizers keep
-  theirs while their tensors stay the same). ``launch`` queues the CUDA kernel on a stream;
-  on ``sim`` devices it queues a NumPy function per launch over views of device memory
-  (pointers, never tensors, as a kernel holds); on ``cpu`` it runs that function at once.
+  theirs while their tensors stay the same). A kernel is declared once, as every kernel is
+  (``driver._work.Kernel``): its CUDA source and a NumPy reference made by
+  ``list_reference(step)`` from the per-tensor arithmetic ``step``. Each launch of the plan
+  is prepared once per kernel (``ops._plans.launcher``): on a GPU the metadata is packed
+  once and a run packs the kernel's own arguments; on sim the reference is queued over
+  views of every tensor the launch names (pointers, never tensors, as a kernel holds); on
+  cpu it runs at once.
 
 Kernels are compiled by NVRTC once per device and instance (the driver caches them); the
-plan's capacity is part of each instance's name (``{N}`` in the name given to ``launch``).
+plan's capacity is part of each instance's name (``{N}`` in the entry given to ``launch``).
 """
 
 from __future__ import annotations
@@ -26,14 +30,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._device import Device
-from .._streams import Stream, current_stream
-from .._tensor import Tensor, ndarray_view
-from . import _launch
+from .._tensor import Tensor
+from ..driver._work import Fixed, Kernel, Launch, Query
+from ._plans import ask, launcher, stream_handle
 
 __all__ = [
     "TILE",
@@ -45,6 +51,8 @@ __all__ = [
     "capacity",
     "params_limit",
     "kernel_source",
+    "list_reference",
+    "element_reference",
 ]
 
 TILE = 16384  # elements per block
@@ -79,25 +87,85 @@ def capacity(depth: int, extra: bool, params: int = LARGE_PARAMS) -> int:
     return (params - RESERVED - fixed) // per_tensor
 
 
-def params_limit(device: Device) -> int:
-    """Bytes of kernel parameters a launch on ``device`` may take (the sim acts as an H100)."""
-    if device.type != "cuda":
-        return LARGE_PARAMS
-    driver = device.driver
-    props = driver.properties(device.index)
+def _params_limit(driver: Any, device: int) -> int:
+    props = driver.properties(device)
     large = props.major >= 7 and driver.driver_version() >= 12010
     return LARGE_PARAMS if large else SMALL_PARAMS
 
 
+_PARAMS = Query("kernel parameter space", _params_limit, lambda: LARGE_PARAMS)
+
+
+def params_limit(device: Device) -> int:
+    """Bytes of kernel parameters a launch on ``device`` may take (the sim acts as an H100;
+    the cpu runs no kernel, and takes the large space)."""
+    return ask(device, _PARAMS) or LARGE_PARAMS
+
+
+@cache
 def kernel_source(*paths: str) -> str:
     """multi_tensor.cuh followed by the given kernel files (paths relative to the package
     directory of vram, e.g. "optim/kernels/fused.cu"), as one NVRTC source."""
-    from pathlib import Path
-
     root = Path(__file__).resolve().parent.parent
-    parts = [(_launch.KERNEL_DIR / "multi_tensor.cuh").read_text()]
+    parts = [(root / "ops" / "kernels" / "multi_tensor.cuh").read_text()]
     parts += [(root / path).read_text() for path in paths]
     return "\n".join(parts)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Entries:
+    """What a launch's reference needs besides the arrays (worked out when it runs, so that
+    a GPU's launch pays nothing for it): the entries' ``addresses`` (lists x entries), their
+    extras' 8-byte words (``values``: doubles' bits, or the extra tensors' addresses, or
+    None), and ``width``: arrays per entry (the lists, and the extra tensor's element)."""
+
+    addresses: np.ndarray
+    values: np.ndarray | None
+    width: int
+    extra_tensor: bool
+
+    def extras(self) -> list[Any]:
+        """Each entry's extra number (None where there are none or they are tensors)."""
+        if self.values is None or self.extra_tensor:
+            return [None] * self.addresses.shape[1]
+        return self.values.view(np.float64).tolist()
+
+    def aligned(self) -> list[bool]:
+        """Whether each entry's addresses in every list are 16-byte aligned."""
+        return (self.addresses % 16 == 0).all(axis=0).tolist()
+
+
+def list_reference(step: Callable[..., None]) -> Callable[..., None]:
+    """The NumPy reference of a multi_tensor_apply kernel: ``step(arrays, extra, aligned,
+    *args)`` once per tensor entry, ``arrays`` being 1-D arrays of its elements in each
+    list, ``extra`` its extra (a number, a 1-element array of the extra tensor, or None),
+    ``aligned`` whether its addresses in every list are 16-byte aligned (kernels that
+    follow PyTorch's vectorized path need it), ``args`` the kernel's own arguments (arrays
+    where they have a ``View``)."""
+
+    def reference(*args: Any) -> None:
+        *own, arrays, entries = args
+        width = entries.width
+        depth = width - 1 if entries.extra_tensor else width
+        for i, (extra, aligned) in enumerate(zip(entries.extras(), entries.aligned(), strict=True)):
+            found = arrays[i * width : (i + 1) * width]
+            if entries.extra_tensor:
+                extra = found[depth]
+            step(found[:depth], extra, aligned, *own)
+
+    return reference
+
+
+def element_reference(step: Callable[..., None]) -> Callable[..., None]:
+    """The NumPy reference of a ``StepList`` kernel: ``step(element, *args)`` once per
+    tensor, ``element`` a 1-element float32 array."""
+
+    def reference(*args: Any) -> None:
+        *own, elements = args
+        for element in elements:
+            step(element, *own)
+
+    return reference
 
 
 @dataclass(slots=True)
@@ -107,11 +175,34 @@ class _Launch:
     entries: tuple[np.ndarray, np.ndarray, np.ndarray | None]  # addresses, numels, extras
 
 
-class TensorListPlan:
+class _Plan:
+    """What both plans share: ``launch``, ``prepare`` and a run at once."""
+
+    __slots__ = ()
+
+    def prepare(
+        self, kernel: Kernel, entry: str, params: tuple = (), views: tuple = ()
+    ) -> Callable[..., int]:
+        raise NotImplementedError
+
+    def launch(
+        self,
+        kernel: Kernel,
+        entry: str,
+        params: tuple = (),
+        views: tuple = (),
+        args: tuple = (),
+        stream: int | None = None,
+    ) -> int:
+        """``prepare`` and run once on ``stream``; the number of launches."""
+        return self.prepare(kernel, entry, params, views)(stream, *args)
+
+
+class TensorListPlan(_Plan):
     """Lists of tensors cut into launches; built once, launched any number of times.
 
     ``lists`` are ``depth`` sequences of one length (see the module docstring); ``extras``,
-    when given, has one number or tensor per position (for tensors, host runs view one
+    when given, has one number or tensor per position (for tensors, the reference sees one
     element of ``extra_dtype``). ``check=False`` skips checking the lists (for callers that
     did). The plan keeps no tensor alive: the caller keeps them alive while it launches it.
     """
@@ -125,7 +216,6 @@ class TensorListPlan:
         "tile",
         "launches",
         "dtypes",
-        "_kernels",
         "_float_extras",
     )
 
@@ -149,7 +239,6 @@ class TensorListPlan:
         self.dtypes = tuple(lst[0].dtype for lst in lists)
         self.n = capacity(self.depth, self.extra, params_limit(self.device))
         self.launches: list[_Launch] = []
-        self._kernels: dict[str, Any] = {}
         self._build(lists, extras, check)
 
     # ---- building ----------------------------------------------------------------------
@@ -230,122 +319,56 @@ class TensorListPlan:
         return _Launch(meta[()], blocks, (addresses, numels, values))
 
     # ---- running -----------------------------------------------------------------------
-    def launch(
-        self,
-        source: Callable[[], str],
-        kernel: str,
-        args: tuple,
-        stream: Stream | None = None,
-        host: Callable[..., None] | None = None,
-        *,
-        host_aligned: bool = False,
-    ) -> int:
-        """Run every launch of the plan on ``stream`` (None: the device's current stream).
+    def prepare(
+        self, kernel: Kernel, entry: str, params: tuple = (), views: tuple = ()
+    ) -> Callable[..., int]:
+        """Every launch of the plan, prepared (``ops._plans.launcher``): ``kernel``'s instance
+        ``entry.format(N=capacity)`` with parameters (metadata, tile, *params); ``params``
+        are the kernel's own (``Arg``s are given at each run, ``views`` say how the
+        reference sees them). Returns ``run(stream, *args)``: every launch on ``stream`` (a
+        stream handle; None: the device's current stream), the number of launches. A caller
+        that runs it again keeps it (the optimizers do)."""
+        return _runner(
+            self.device,
+            [self._launch(kernel, entry, params, views, item) for item in self.launches],
+        )
 
-        cuda: kernel ``kernel.format(N=capacity)`` from ``source()`` with arguments
-        (metadata, tile, *args). sim and cpu: ``host(arrays, extra)`` once per tensor entry,
-        ``arrays`` being 1-D NumPy views of its elements in each list and ``extra`` its
-        extra (a number, a 1-element view of the extra tensor, or None); with
-        ``host_aligned``, ``host(arrays, extra, aligned)``, ``aligned`` telling whether the
-        entry's addresses in every list are 16-byte aligned (kernels that follow PyTorch's
-        vectorized path need it). Returns the number of launches.
-        """
-        if stream is None and self.device.type != "cpu":
-            stream = current_stream(self.device)
-        if self.device.type == "cuda":
-            compiled = self._kernel(source, kernel.format(N=self.n))
-            driver = self.device.driver
-            tile, block = np.int32(self.tile), BLOCK
-            for item in self.launches:
-                driver.launch(
-                    compiled,
-                    (item.blocks, 1, 1),
-                    (block, 1, 1),
-                    (item.meta, tile, *args),
-                    stream.cuda_stream,
-                )
-            return len(self.launches)
-        if host is None:
-            raise NotImplementedError(f"{kernel}: no host implementation for {self.device}")
-        for item in self.launches:
-            self._run_host(host, item.entries, stream, host_aligned)
-        return len(self.launches)
-
-    def _kernel(self, source: Callable[[], str], name: str) -> Any:
-        compiled = self._kernels.get(name)
-        if compiled is None:
-            compiled = _compile(self.device, source, name)
-            self._kernels[name] = compiled
-        return compiled
-
-    def _run_host(
-        self, host: Callable[..., None], entries: tuple, stream: Stream | None, aligned: bool
-    ) -> None:
-        dtypes = [dt.np for dt in self.dtypes]
-        addresses, numels, values = entries
-        columns = addresses.T.tolist()
-        counts = numels.tolist()
-        if values is None:
-            extras: list[Any] = [None] * len(counts)
-        elif self._float_extras:
-            extras = values.view(np.float64).tolist()
+    def _launch(
+        self, kernel: Kernel, entry: str, params: tuple, views: tuple, item: _Launch
+    ) -> Launch:
+        """One launch as the seam takes it: the metadata and tile first, and for the
+        reference every entry's arrays (``Fixed``, entry by entry: one array per list, then
+        the extra tensor's element) and what else it needs (``_Entries``)."""
+        addresses, numels, values = item.entries
+        count, depth = numels.size, self.depth
+        extra_tensor = values is not None and not self._float_extras
+        dtypes = tuple(dt.np for dt in self.dtypes)
+        if extra_tensor:
+            pointers = np.empty((count, depth + 1), np.uint64)
+            pointers[:, :depth] = addresses.T
+            pointers[:, depth] = values
+            counts = np.ones((count, depth + 1), np.int64)
+            counts[:, :depth] = numels[:, None]
+            dtypes += (self.extra_dtype,)
         else:
-            extras = values.tolist()
-        pointer = values is not None and not self._float_extras
-        view = _host_view if self.device.type == "cpu" else self.device.driver.view
-        extra_dtype = self.extra_dtype
-
-        def run() -> None:
-            for column, numel, extra in zip(columns, counts, extras, strict=True):
-                arrays = [
-                    _array(view, address, numel, dt)
-                    for address, dt in zip(column, dtypes, strict=True)
-                ]
-                if pointer:
-                    extra = _array(view, extra, 1, extra_dtype)
-                if aligned:
-                    host(arrays, extra, all(address % 16 == 0 for address in column))
-                else:
-                    host(arrays, extra)
-
-        if stream is None:
-            run()
-        else:
-            touches = tuple(
-                (address, numel * dt.itemsize)
-                for column, numel in zip(columns, counts, strict=True)
-                for address, dt in zip(column, dtypes, strict=True)
-            )
-            self.device.driver.enqueue(stream.cuda_stream, run, touches)
+            pointers = addresses.T
+            counts = np.repeat(numels, depth)
+        fixed = Fixed(pointers.reshape(-1), counts.reshape(-1), dtypes * count)
+        return Launch(
+            kernel,
+            entry.format(N=self.n),
+            (item.blocks, 1, 1),
+            (BLOCK, 1, 1),
+            (item.meta, np.int32(self.tile), *params),
+            views,
+            (fixed, _Entries(addresses, values, len(dtypes), extra_tensor)),
+        )
 
 
-def _array(view: Callable[[int, int], np.ndarray], address: int, numel: int, dt: np.dtype):
-    return ndarray_view(view, address, (numel,), (dt.itemsize,), dt)
-
-
-def _host_view(address: int, nbytes: int) -> np.ndarray:
-    import ctypes
-
-    return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
-
-
-_compiled: dict[tuple[int, str], Any] = {}
-
-
-def _compile(device: Device, source: Callable[[], str], name: str) -> Any:
-    """The kernel ``name`` of ``source()`` on ``device``, compiled once per process."""
-    key = (device.index, name)
-    kernel = _compiled.get(key)
-    if kernel is None:
-        kernel = device.driver.compile(device.index, source(), name)
-        _compiled[key] = kernel
-    return kernel
-
-
-class ElementListPlan:
+class ElementListPlan(_Plan):
     """One-element tensors (one device, float32), e.g. optimizer steps, for kernels that take
     ``StepList<N>`` (addresses and a count; one thread per tensor); built once, launched any
-    number of times. On sim and cpu, ``host(element)`` runs per tensor over a 1-element view."""
+    number of times. The reference (``element_reference``) sees each as a 1-element array."""
 
     __slots__ = ("device", "n", "parts")
 
@@ -361,45 +384,37 @@ class ElementListPlan:
             packed["n"] = len(pointers)
             self.parts.append((packed[()], pointers))
 
-    def launch(
-        self,
-        source: Callable[[], str],
-        kernel: str,
-        args: tuple,
-        stream: Stream | None,
-        host: Callable[[np.ndarray], None],
-    ) -> int:
-        """Run ``kernel.format(N=...)`` (arguments: the list, then ``args``) over every part;
-        returns the number of launches."""
-        device = self.device
-        if device.type == "cuda":
-            compiled = _compile(device, source, kernel.format(N=self.n))
-            for packed, pointers in self.parts:
-                blocks = math.ceil(len(pointers) / _STEP_THREADS)
-                device.driver.launch(
-                    compiled,
-                    (blocks, 1, 1),
-                    (_STEP_THREADS, 1, 1),
-                    (packed, *args),
-                    stream.cuda_stream,
-                )
-        else:
-            for _, pointers in self.parts:
-                _run_per_element(device, pointers, host, stream)
-        return len(self.parts)
+    def prepare(
+        self, kernel: Kernel, entry: str, params: tuple = (), views: tuple = ()
+    ) -> Callable[..., int]:
+        """``kernel``'s ``entry.format(N=...)`` (parameters: the list, then ``params``) over
+        every part, prepared: ``run(stream, *args)`` as ``TensorListPlan.prepare``'s."""
+        one = np.dtype(np.float32)
+        launches = [
+            Launch(
+                kernel,
+                entry.format(N=self.n),
+                (math.ceil(len(pointers) / _STEP_THREADS), 1, 1),
+                (_STEP_THREADS, 1, 1),
+                (packed, *params),
+                views,
+                (Fixed(pointers, (1,) * len(pointers), (one,) * len(pointers)),),
+            )
+            for packed, pointers in self.parts
+        ]
+        return _runner(self.device, launches)
 
 
-def _run_per_element(
-    device: Device, pointers: list[int], host: Callable[[np.ndarray], None], stream: Stream | None
-) -> None:
-    view = _host_view if device.type == "cpu" else device.driver.view
+def _runner(device: Device, launches: list[Launch]) -> Callable[..., int]:
+    """``launches`` prepared on ``device``: ``run(stream, *args)`` runs them all on
+    ``stream`` (a handle; None: the device's current stream) and says how many."""
+    runs = [launcher(device, launch) for launch in launches]
 
-    def run() -> None:
-        for address in pointers:
-            host(_array(view, address, 1, np.dtype(np.float32)))
+    def run(stream: int | None, *args: Any) -> int:
+        if stream is None:
+            stream = stream_handle(device)
+        for one in runs:
+            one(stream, *args)
+        return len(runs)
 
-    if stream is None:
-        run()
-    else:
-        touches = tuple((address, 4) for address in pointers)
-        device.driver.enqueue(stream.cuda_stream, run, touches)
+    return run

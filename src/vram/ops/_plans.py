@@ -8,7 +8,9 @@ allocation, the pointers and numbers of this call packed into the prepared param
 one launch. ``PLANS`` holds them (bounded: the oldest half goes when it is full).
 
 ``launcher(device, launch)`` is the one place that tells the cpu device (the reference runs
-at once over host memory) from devices with a driver (``Driver.prepare``, the kernel seam).
+at once over host memory) from devices with a driver (``Driver.prepare``, the kernel seam);
+``ask(device, query, ...)`` (a library's answer: None on the cpu, which has no libraries)
+and ``stream_handle(device)`` (0 on the cpu, which has no streams) follow it.
 """
 
 from __future__ import annotations
@@ -20,10 +22,20 @@ from typing import Any
 import numpy as np
 
 from .._device import Device
+from .._streams import current_handle
 from .._tensor import Storage, Tensor, device_storage
-from ..driver._work import Launch, Launcher, run_on_host
+from ..driver._work import Launch, Launcher, Query, run_on_host
 
-__all__ = ["PLANS", "PlanCache", "launcher", "new_tensor", "host_view", "MAX_PLANS"]
+__all__ = [
+    "PLANS",
+    "PlanCache",
+    "launcher",
+    "ask",
+    "stream_handle",
+    "new_tensor",
+    "host_view",
+    "MAX_PLANS",
+]
 
 MAX_PLANS = 4096  # signatures kept; past this the oldest half is dropped
 
@@ -57,6 +69,22 @@ def launcher(device: Device, launch: Launch) -> Launcher:
 
         return run_now
     return device.driver.prepare(device.index, launch)
+
+
+def ask(device: Device, query: Query, *args: Any) -> Any:
+    """``query``'s answer on ``device`` (``Driver.ask``); None on cpu: no library runs there,
+    and the references need no answer."""
+    if device.type == "cpu":
+        return None
+    return device.driver.ask(device.index, query, *args)
+
+
+def stream_handle(device: Device) -> int:
+    """The handle of this thread's current stream on ``device`` (what a launcher takes); 0
+    on cpu, whose launchers run at once."""
+    if device.type == "cpu":
+        return 0
+    return current_handle(device)
 
 
 def new_tensor(

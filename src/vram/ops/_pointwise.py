@@ -45,7 +45,7 @@ from .._dtypes import (
 from .._streams import current_handle
 from .._tensor import Tensor
 from ..driver._work import Arg, Kernel, Launch, View
-from . import _launch
+from . import _kernels
 from ._iterator import (
     broadcast_shape,
     check_overlap,
@@ -57,6 +57,7 @@ from ._iterator import (
 )
 from ._plans import PLANS, launcher, new_tensor
 from ._promotion import ZeroDim, can_cast, get_default_dtype, kind, opmath, result_type
+from ._tiled import tiled_launch
 
 __all__ = [
     "PointwiseOp",
@@ -131,7 +132,7 @@ _CONVERT: dict[dtype, Callable[[Any], Any]] = {
 @cache
 def source() -> str:
     """The pointwise kernels' source: the shared header, the loops and the functors."""
-    folder = _launch.KERNEL_DIR
+    folder = _kernels.KERNEL_DIR
     return "".join(
         (folder / name).read_text() for name in ("common.cuh", "loops.cuh", "pointwise.cu")
     )
@@ -241,7 +242,7 @@ class PointwisePlan:
         self.fields: Any = None  # the last fields converted, by identity (operators reuse one)
         self.values: tuple = ()
         # the functor and its fields
-        functor = f"vram::{op.functor}<{_launch.c_type(compute)}>"
+        functor = f"vram::{op.functor}<{_kernels.c_type(compute)}>"
         wrapper = _WRAPPERS.get(form) if "S" in form and "T" in form else None
         if "S" in form and wrapper is None:
             raise TypeError(f"{op.name}: a number cannot stand for operand(s) {form}")
@@ -254,7 +255,7 @@ class PointwisePlan:
         self.flatten = compute.is_complex
         layout = plan_layout(shape, [self.out_stride, *strides])
         nin = len(tensors)
-        types = [_launch.c_type(result)] + [_launch.c_type(t.dtype) for t in tensors]
+        types = [_kernels.c_type(result)] + [_kernels.c_type(t.dtype) for t in tensors]
         types += ["char"] * (3 - nin)
         functor_param: Any = Arg(fmt * nfields) if nfields else b"\0"
         unused = (0,) * (3 - nin)
@@ -277,6 +278,11 @@ class PointwisePlan:
         self.run = launcher(device, main)
         self.launches = (main,)  # what it launches (``vram.ops.warm`` compiles them ahead)
         self.vec = None
+        if op is COPY and compute is result:  # a batch of transposes: tiles (kernels/copy_tiled)
+            tiled = tiled_launch(layout, result, (views[0], views[1]))
+            if tiled is not None:
+                self.run = launcher(device, tiled)
+                return
         vec = _vector_width([result, *(t.dtype for t in tensors)])
         if layout.kind == "flat" and vec > 1 and layout.numel >= vec and device.type != "cpu":
             entry = f"vram::pointwise_vec<{vec}, {nin}, {functor}, {', '.join(types)}>"

@@ -39,7 +39,7 @@ from .._dtypes import dtype, uint8
 from .._streams import current_handle
 from .._tensor import Tensor, contiguous_strides
 from ..driver._work import Arg, Kernel, Launch, Launcher, View
-from . import _launch
+from ._kernels import KERNEL_DIR, c_type
 from ._plans import PLANS, launcher, new_tensor
 
 __all__ = [
@@ -65,7 +65,7 @@ _DEFAULT_SMS = 132  # the cpu device has no multiprocessors: plan as for an H100
 @cache
 def source() -> str:
     """The reduction kernels' source: the shared header, the group helpers and the ops."""
-    folder = _launch.KERNEL_DIR
+    folder = KERNEL_DIR
     return "".join((folder / name).read_text() for name in ("common.cuh", "group.cuh", "reduce.cu"))
 
 
@@ -213,7 +213,7 @@ def _kernels(red: Reduction) -> tuple[Kernel, Kernel]:
 
 
 def _c_type(dt: dtype | None) -> str:
-    return "char" if dt is None else _launch.c_type(dt)
+    return "char" if dt is None else c_type(dt)
 
 
 class ReducePlan:

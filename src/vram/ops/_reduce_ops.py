@@ -17,7 +17,7 @@ import ml_dtypes
 import numpy as np
 
 from .._dtypes import dtype
-from . import _launch
+from . import _kernels
 from ._pointwise import store as _put
 from ._reduce import Reduction
 
@@ -41,7 +41,7 @@ _NARROW = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 
 def _c(dt: dtype) -> str:
-    return _launch.c_type(dt)
+    return _kernels.c_type(dt)
 
 
 def _real_c(dt: dtype) -> str:

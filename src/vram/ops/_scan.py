@@ -18,7 +18,7 @@ from .._dtypes import as_dtype, bool_, dtype, int64, uint8
 from .._streams import current_handle
 from .._tensor import Tensor, contiguous_strides, dispatch
 from ..driver._work import Arg, Kernel, Launch, View
-from . import _launch
+from ._kernels import KERNEL_DIR, c_type
 from ._math import _torch_name
 from ._plans import launcher, new_tensor
 from ._pointwise import store as _put
@@ -35,7 +35,7 @@ _TILE = 8192  # elements of a tile of a long row (a block of _ROW_THREADS scans 
 
 @cache
 def source() -> str:
-    folder = _launch.KERNEL_DIR
+    folder = KERNEL_DIR
     return "".join((folder / name).read_text() for name in ("common.cuh", "group.cuh", "scan.cu"))
 
 
@@ -122,7 +122,7 @@ class ScanPlan:
         outer, n, inner = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1 :])
         a = opmath(d)
         flag = "true" if prod else "false"
-        c_in, c_d, c_a = _launch.c_type(x.dtype), _launch.c_type(d), _launch.c_type(a)
+        c_in, c_d, c_a = c_type(x.dtype), c_type(d), c_type(a)
         types = f"{c_in}, {c_d}, {c_a}, {c_d}, {flag}"
         whole, totals, tiles = _kernels(prod)
         sms = multiprocessors(device)

@@ -22,7 +22,7 @@ from .._dtypes import as_dtype, dtype, float32, float64
 from .._streams import current_handle
 from .._tensor import Tensor, contiguous_strides, dispatch
 from ..driver._work import Arg, Kernel, Launch, Launcher, View
-from . import _launch
+from ._kernels import KERNEL_DIR, c_type
 from ._math import _torch_name
 from ._plans import launcher, new_tensor
 from ._pointwise import store as _put
@@ -38,7 +38,7 @@ _COLUMN_THREADS = 512  # threads of a softmax_columns block
 
 @cache
 def source() -> str:
-    folder = _launch.KERNEL_DIR
+    folder = KERNEL_DIR
     return "".join(
         (folder / name).read_text()
         for name in ("common.cuh", "group.cuh", "rows.cuh", "softmax.cu")
@@ -102,7 +102,7 @@ class SoftmaxPlan:
         compute = opmath(out)
         kernel = _kernel(log)
         flag = "true" if log else "false"
-        types = f"{_launch.c_type(source_dtype)}, {_launch.c_type(out)}, {_launch.c_type(compute)}"
+        types = f"{c_type(source_dtype)}, {c_type(out)}, {c_type(compute)}"
         views = (_view(outer, n, inner, source_dtype), _view(outer, n, inner, out))
         values = (compute.np,)
         sms = multiprocessors(device)

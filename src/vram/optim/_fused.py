@@ -1,5 +1,6 @@
 """The fused optimizers' host side: launch plans kept while a group's tensors stay the same,
-the kernels of kernels/fused.cu, and the same arithmetic in NumPy for sim and cpu devices.
+and the kernels of kernels/fused.cu, each declared once with the same arithmetic in NumPy
+(its reference: what the simulated GPU queues and the cpu device runs).
 
 A step of a fused group (one device and dtype) is, as in PyTorch's fused path:
 ``increment_steps`` (step += 1), the update kernel (one launch per few hundred tensors), and
@@ -24,15 +25,20 @@ import numpy as np
 
 from .._device import Device
 from .._dtypes import float32
-from .._streams import current_stream
 from .._tensor import Tensor
-from ..ops._multi_tensor import ElementListPlan, TensorListPlan, kernel_source
+from ..driver._work import Arg, Kernel, View
+from ..ops._multi_tensor import (
+    ElementListPlan,
+    TensorListPlan,
+    element_reference,
+    kernel_source,
+    list_reference,
+)
+from ..ops._plans import stream_handle
 
 __all__ = ["FusedPlans", "fused_adam", "fused_sgd", "group_by_device_and_dtype"]
 
-
-def _source() -> str:
-    return kernel_source("optim/kernels/fused.cu")
+_SCALAR = View((1,), (4,), np.dtype(np.float32))  # a one-element float32 tensor (lr, scale)
 
 
 def group_by_device_and_dtype(
@@ -47,13 +53,19 @@ def group_by_device_and_dtype(
 
 
 class _Cached:
-    """The plans of one device and dtype: the update's and the steps'."""
+    """The plans of one device and dtype, the update's and the steps', and their prepared
+    launches (``runs``) by (kernel, which optional scalars it is given)."""
 
-    __slots__ = ("plan", "step_plan")
+    __slots__ = ("plan", "step_plan", "runs")
 
     def __init__(self, lists: list[list[Tensor]], steps: list[Tensor] | None) -> None:
         self.plan = TensorListPlan(lists, steps)
         self.step_plan = ElementListPlan(steps) if steps else None
+        self.runs: dict[tuple, Callable[..., int]] = {}
+
+    def keep(self, key: tuple, run: Callable[..., int]) -> Callable[..., int]:
+        self.runs[key] = run
+        return run
 
 
 class _Group:
@@ -126,16 +138,15 @@ def _pointer(t: Tensor | None) -> int:
     return 0 if t is None else t.data_ptr()
 
 
-def _reader(t: Tensor | None) -> Callable[[], float] | None:
-    """For host runs: a function reading ``t``'s element when the queued work runs (the
-    work keeps its address, as a kernel does)."""
-    if t is None:
-        return None
-    if t.device.type == "cpu":
-        array = t.numpy().reshape(-1)
-        return lambda: float(array[0])
-    view, address = t.device.driver.view, t.data_ptr()
-    return lambda: float(view(address, 4).view(np.float32)[0])
+def _view(t: Tensor | None) -> View | None:
+    """How the references see an optional one-element float32 tensor (None: absent, its
+    pointer 0)."""
+    return None if t is None else _SCALAR
+
+
+def _value(scalar: Any) -> float | None:
+    """An optional one-element array's value as the kernel reads it (None: absent)."""
+    return None if isinstance(scalar, int) else float(scalar[0])
 
 
 def _lr(device: Device, lr: Any) -> tuple[float, Tensor | None]:
@@ -153,6 +164,18 @@ def _opmath(dt: np.dtype) -> np.dtype:
 
 def _increment(step: np.ndarray) -> None:
     step[0] = step[0] + np.float32(1)
+
+
+def _unskip(step: np.ndarray, found: np.ndarray) -> None:
+    step[0] = step[0] - np.float32(1) * found[0]
+
+
+_INCREMENT = Kernel(
+    "increment_steps", kernel_source("optim/kernels/fused.cu"), element_reference(_increment)
+)
+_UNSKIP = Kernel("unskip_steps", _INCREMENT.source, element_reference(_unskip))
+_INCREMENT_ENTRY = "vram::optim::increment_steps<{N}>"
+_UNSKIP_ENTRY = "vram::optim::unskip_steps<{N}>"
 
 
 # ---- Adam / AdamW ----------------------------------------------------------------------------
@@ -181,47 +204,34 @@ def fused_adam(
     lists = [params, grads, exp_avgs, exp_avg_sqs] + ([max_exp_avg_sqs] if amsgrad else [])
     for key, _, cached in plans.parts((group_key, amsgrad), lists, state_steps, (0, 2)):
         device, p_dtype, s_dtype = key
-        stream = None if device.type == "cpu" else current_stream(device)
+        stream = stream_handle(device)
         lr_value, lr_tensor = _lr(device, lr)
         scale = _on(device, grad_scale, "grad_scale")
         found = _on(device, found_inf, "found_inf")
-        assert cached.step_plan is not None
-        cached.step_plan.launch(
-            _source, "vram::optim::increment_steps<{N}>", (), stream, _increment
-        )
-        depth = len(lists)
-        kernel = f"vram::optim::fused_adam<{p_dtype.c_type}, {s_dtype.c_type}, {depth}, {{N}}>"
-        args = (
-            np.float64(lr_value),
-            np.float64(beta1),
-            np.float64(beta2),
-            np.float64(weight_decay),
-            np.float64(eps),
-            _pointer(lr_tensor),
-            _pointer(scale),
-            _pointer(found),
-            np.int32(maximize),
-            np.int32(adamw),
-        )
-        host = None
-        if device.type != "cuda":  # the same arithmetic in NumPy, reading device scalars late
-            consts = (lr_value, beta1, beta2, weight_decay, eps, maximize, adamw)
-            host = _adam_host(consts, _reader(lr_tensor), _reader(scale), _reader(found))
-        cached.plan.launch(_source, kernel, args, stream, host=host, host_aligned=True)
+        step_plan = cached.step_plan
+        assert step_plan is not None
+        runs = cached.runs
+        increment = runs.get(("increment",))
+        if increment is None:
+            increment = cached.keep(("increment",), step_plan.prepare(_INCREMENT, _INCREMENT_ENTRY))
+        increment(stream)
+        given = ("adam", lr_tensor is not None, scale is not None, found is not None)
+        update = runs.get(given)
+        if update is None:
+            depth = len(lists)
+            entry = f"vram::optim::fused_adam<{p_dtype.c_type}, {s_dtype.c_type}, {depth}, {{N}}>"
+            views = (None,) * 5 + (_view(lr_tensor), _view(scale), _view(found), None, None)
+            update = cached.keep(given, cached.plan.prepare(_ADAM, entry, _ADAM_PARAMS, views))
+        update(
+            stream, lr_value, beta1, beta2, weight_decay, eps, _pointer(lr_tensor),
+            _pointer(scale), _pointer(found), int(maximize), int(adamw),
+        )  # fmt: skip
         if found is not None:
-            read = _reader(found) if device.type != "cuda" else None
-            cached.step_plan.launch(
-                _source,
-                "vram::optim::unskip_steps<{N}>",
-                (_pointer(found),),
-                stream,
-                lambda step, read=read: _unskip(step, read),
-            )
-
-
-def _unskip(step: np.ndarray, read: Callable[[], float] | None) -> None:
-    assert read is not None
-    step[0] = step[0] - np.float32(1) * np.float32(read())
+            unskip = runs.get(("unskip",))
+            if unskip is None:
+                prepared = step_plan.prepare(_UNSKIP, _UNSKIP_ENTRY, (Arg("P"),), (_SCALAR,))
+                unskip = cached.keep(("unskip",), prepared)
+            unskip(stream, found.data_ptr())
 
 
 def _vectorized(numel: int, aligned: bool) -> bool:
@@ -244,63 +254,75 @@ def _fma(a: Any, b: Any, c: Any, math_t: np.dtype) -> Any:
     return (np.asarray(a, f64) * np.asarray(b, f64) + np.asarray(c, f64)).astype(math_t)
 
 
-def _adam_host(
-    consts: tuple,
-    lr_reader: Callable[[], float] | None,
-    scale_reader: Callable[[], float] | None,
-    found_reader: Callable[[], float] | None,
-) -> Callable[[list[np.ndarray], np.ndarray], None]:
-    """The fused Adam kernel's arithmetic in NumPy (kernels/fused.cu: adam_math): the same
-    roundings, each FMA rounded once."""
-    lr0, beta1, beta2, weight_decay, eps, maximize, adamw = consts
+def _adam_step(
+    arrays: list[np.ndarray],
+    step_view: np.ndarray,
+    aligned: bool,
+    lr0: float,
+    beta1: float,
+    beta2: float,
+    weight_decay: float,
+    eps: float,
+    lr_scalar: Any,
+    scale_scalar: Any,
+    found_scalar: Any,
+    maximize: int,
+    adamw: int,
+) -> None:
+    """The fused Adam kernel's arithmetic in NumPy for one tensor (kernels/fused.cu:
+    adam_math): the same roundings, each FMA rounded once. The optional scalars (lr, grad
+    scale, found_inf) are one-element arrays, read when the work runs as the kernel reads
+    them, or 0 where absent."""
+    lr_read, scale, found = _value(lr_scalar), _value(scale_scalar), _value(found_scalar)
+    if found == 1:
+        return
+    param, grad, exp_avg, exp_avg_sq = arrays[:4]
+    m_t = _opmath(param.dtype)
+    cast = m_t.type
+    lr = cast(lr_read if lr_read is not None else lr0)
+    b1, b2, wd, ep = cast(beta1), cast(beta2), cast(weight_decay), cast(eps)
+    step = cast(step_view[0])
+    with np.errstate(all="ignore"):
+        bc1 = cast(1) - np.power(b1, step)
+        bc2_sqrt = np.sqrt(cast(1) - np.power(b2, step))
+        p = param.astype(m_t)
+        g = grad.astype(m_t)
+        if scale is not None:
+            g = g / cast(scale)
+            grad[...] = g.astype(grad.dtype)
+        if maximize:
+            g = -g
+        if wd != 0:
+            if adamw:
+                p = _fma(-(lr * wd), p, p, m_t)
+            elif len(arrays) == 5 or scale is not None:
+                g = _fma(p, wd, g, m_t)
+            elif maximize:
+                g = g + p * wd
+            else:  # lane 0 rounds p * wd first (see adam_math)
+                lane = _lanes(p.size, aligned)
+                g = np.where(lane == 0, g + p * wd, _fma(p, wd, g, m_t))
+        m = _fma(b1, exp_avg.astype(m_t), _fma(-b1, g, g, m_t), m_t)
+        gg = g * g
+        v = _fma(b2, exp_avg_sq.astype(m_t), _fma(-b2, gg, gg, m_t), m_t)
+        step_size = lr / bc1
+        if len(arrays) == 5:
+            largest = arrays[4].astype(m_t)
+            largest = np.where(largest < v, v, largest)
+            arrays[4][...] = largest.astype(arrays[4].dtype)
+            root = np.sqrt(largest)
+        else:
+            root = np.sqrt(v)
+        denom = root / bc2_sqrt + ep
+        p = p - step_size * m / denom
+    param[...] = p.astype(param.dtype)
+    exp_avg[...] = m.astype(exp_avg.dtype)
+    exp_avg_sq[...] = v.astype(exp_avg_sq.dtype)
 
-    def run(arrays: list[np.ndarray], step_view: np.ndarray, aligned: bool) -> None:
-        if found_reader is not None and found_reader() == 1:
-            return
-        param, grad, exp_avg, exp_avg_sq = arrays[:4]
-        m_t = _opmath(param.dtype)
-        cast = m_t.type
-        lr = cast(lr_reader() if lr_reader is not None else lr0)
-        b1, b2, wd, ep = cast(beta1), cast(beta2), cast(weight_decay), cast(eps)
-        step = cast(step_view[0])
-        with np.errstate(all="ignore"):
-            bc1 = cast(1) - np.power(b1, step)
-            bc2_sqrt = np.sqrt(cast(1) - np.power(b2, step))
-            p = param.astype(m_t)
-            g = grad.astype(m_t)
-            if scale_reader is not None:
-                g = g / cast(scale_reader())
-                grad[...] = g.astype(grad.dtype)
-            if maximize:
-                g = -g
-            if wd != 0:
-                if adamw:
-                    p = _fma(-(lr * wd), p, p, m_t)
-                elif len(arrays) == 5 or scale_reader is not None:
-                    g = _fma(p, wd, g, m_t)
-                elif maximize:
-                    g = g + p * wd
-                else:  # lane 0 rounds p * wd first (see adam_math)
-                    lane = _lanes(p.size, aligned)
-                    g = np.where(lane == 0, g + p * wd, _fma(p, wd, g, m_t))
-            m = _fma(b1, exp_avg.astype(m_t), _fma(-b1, g, g, m_t), m_t)
-            gg = g * g
-            v = _fma(b2, exp_avg_sq.astype(m_t), _fma(-b2, gg, gg, m_t), m_t)
-            step_size = lr / bc1
-            if len(arrays) == 5:
-                largest = arrays[4].astype(m_t)
-                largest = np.where(largest < v, v, largest)
-                arrays[4][...] = largest.astype(arrays[4].dtype)
-                root = np.sqrt(largest)
-            else:
-                root = np.sqrt(v)
-            denom = root / bc2_sqrt + ep
-            p = p - step_size * m / denom
-        param[...] = p.astype(param.dtype)
-        exp_avg[...] = m.astype(exp_avg.dtype)
-        exp_avg_sq[...] = v.astype(exp_avg_sq.dtype)
 
-    return run
+# lr, beta1, beta2, weight_decay, eps, lr_ptr, grad_scale, found_inf, maximize, adamw
+_ADAM_PARAMS = (*(Arg("d"),) * 5, *(Arg("P"),) * 3, Arg("i"), Arg("i"))
+_ADAM = Kernel("fused_adam", _INCREMENT.source, list_reference(_adam_step))
 
 
 # ---- SGD ----------------------------------------------------------------------------------------
@@ -326,75 +348,79 @@ def fused_sgd(
     lists = [params, grads] + ([momentum_buffers] if momentum_buffers is not None else [])
     for key, _, cached in plans.parts((group_key, len(lists), first_step), lists, None):
         device, p_dtype = key
-        stream = None if device.type == "cpu" else current_stream(device)
         lr_value, lr_tensor = _lr(device, lr)
         scale = _on(device, grad_scale, "grad_scale")
         found = _on(device, found_inf, "found_inf")
-        kernel = f"vram::optim::fused_sgd<{p_dtype.c_type}, {len(lists)}, {{N}}>"
-        args = (
-            np.float64(lr_value),
-            np.float64(weight_decay),
-            np.float64(momentum),
-            np.float64(dampening),
-            _pointer(lr_tensor),
-            _pointer(scale),
-            _pointer(found),
-            np.int32(nesterov),
-            np.int32(maximize),
-            np.int32(first_step),
-        )
-        host = None
-        if device.type != "cuda":  # the same arithmetic in NumPy, reading device scalars late
-            consts = (lr_value, weight_decay, momentum, dampening, nesterov, maximize, first_step)
-            host = _sgd_host(consts, _reader(lr_tensor), _reader(scale), _reader(found))
-        cached.plan.launch(_source, kernel, args, stream, host=host, host_aligned=True)
+        given = ("sgd", lr_tensor is not None, scale is not None, found is not None)
+        update = cached.runs.get(given)
+        if update is None:
+            entry = f"vram::optim::fused_sgd<{p_dtype.c_type}, {len(lists)}, {{N}}>"
+            views = (None,) * 4 + (_view(lr_tensor), _view(scale), _view(found), None, None, None)
+            update = cached.keep(given, cached.plan.prepare(_SGD, entry, _SGD_PARAMS, views))
+        update(
+            stream_handle(device), lr_value, weight_decay, momentum, dampening,
+            _pointer(lr_tensor), _pointer(scale), _pointer(found), int(nesterov), int(maximize),
+            int(first_step),
+        )  # fmt: skip
 
 
-def _sgd_host(
-    consts: tuple,
-    lr_reader: Callable[[], float] | None,
-    scale_reader: Callable[[], float] | None,
-    found_reader: Callable[[], float] | None,
-) -> Callable[[list[np.ndarray], Any], None]:
-    """The fused SGD kernel's arithmetic in NumPy (kernels/fused.cu: sgd_math): the same
-    roundings, each FMA rounded once."""
-    lr0, weight_decay, momentum, dampening, nesterov, maximize, first_step = consts
-
-    def run(arrays: list[np.ndarray], _: Any, aligned: bool) -> None:
-        if found_reader is not None and found_reader() == 1:
-            return
-        param, grad = arrays[:2]
-        m_t = _opmath(param.dtype)
-        cast = m_t.type
-        lr = cast(lr_reader() if lr_reader is not None else lr0)
-        wd, mu, damp = cast(weight_decay), cast(momentum), cast(dampening)
-        with np.errstate(all="ignore"):
-            p = param.astype(m_t)
-            g = grad.astype(m_t)
-            if scale_reader is not None:
-                g = g / cast(scale_reader())
-                grad[...] = g.astype(grad.dtype)
-            if maximize:
-                g = -g
-            if wd != 0:
-                g = _fma(wd, p, g, m_t)
-            vectorized = _vectorized(p.size, aligned)
-            scaled = scale_reader is not None
-            if len(arrays) == 3:
-                buf = arrays[2]
-                if first_step:
-                    mb = g
-                elif vectorized and maximize and wd == 0 and not scaled:
-                    mb = _fma(mu, buf.astype(m_t), (cast(1) - damp) * g, m_t)
-                else:
-                    mb = _fma(cast(1) - damp, g, mu * buf.astype(m_t), m_t)
-                buf[...] = mb.astype(buf.dtype)
-                g = _fma(mu, mb, g, m_t) if nesterov else mb
-            if param.dtype == np.float32 and vectorized and scaled:  # lanes 0-2 round lr * g
-                lane = _lanes(p.size, aligned)
-                p = np.where(lane == 3, _fma(-lr, g, p, m_t), p - lr * g)
+def _sgd_step(
+    arrays: list[np.ndarray],
+    _: Any,
+    aligned: bool,
+    lr0: float,
+    weight_decay: float,
+    momentum: float,
+    dampening: float,
+    lr_scalar: Any,
+    scale_scalar: Any,
+    found_scalar: Any,
+    nesterov: int,
+    maximize: int,
+    first_step: int,
+) -> None:
+    """The fused SGD kernel's arithmetic in NumPy for one tensor (kernels/fused.cu:
+    sgd_math): the same roundings, each FMA rounded once; the optional scalars as
+    ``_adam_step``'s."""
+    lr_read, scale, found = _value(lr_scalar), _value(scale_scalar), _value(found_scalar)
+    if found == 1:
+        return
+    param, grad = arrays[:2]
+    m_t = _opmath(param.dtype)
+    cast = m_t.type
+    lr = cast(lr_read if lr_read is not None else lr0)
+    wd, mu, damp = cast(weight_decay), cast(momentum), cast(dampening)
+    with np.errstate(all="ignore"):
+        p = param.astype(m_t)
+        g = grad.astype(m_t)
+        if scale is not None:
+            g = g / cast(scale)
+            grad[...] = g.astype(grad.dtype)
+        if maximize:
+            g = -g
+        if wd != 0:
+            g = _fma(wd, p, g, m_t)
+        vectorized = _vectorized(p.size, aligned)
+        scaled = scale is not None
+        if len(arrays) == 3:
+            buf = arrays[2]
+            if first_step:
+                mb = g
+            elif vectorized and maximize and wd == 0 and not scaled:
+                mb = _fma(mu, buf.astype(m_t), (cast(1) - damp) * g, m_t)
             else:
-                p = _fma(-lr, g, p, m_t)
-        param[...] = p.astype(param.dtype)
+                mb = _fma(cast(1) - damp, g, mu * buf.astype(m_t), m_t)
+            buf[...] = mb.astype(buf.dtype)
+            g = _fma(mu, mb, g, m_t) if nesterov else mb
+        if param.dtype == np.float32 and vectorized and scaled:  # lanes 0-2 round lr * g
+            lane = _lanes(p.size, aligned)
+            p = np.where(lane == 3, _fma(-lr, g, p, m_t), p - lr * g)
+        else:
+            p = _fma(-lr, g, p, m_t)
+    param[...] = p.astype(param.dtype)
 
-    return run
+
+# lr, weight_decay, momentum, dampening, lr_ptr, grad_scale, found_inf, nesterov, maximize,
+# first_step
+_SGD_PARAMS = (*(Arg("d"),) * 4, *(Arg("P"),) * 3, *(Arg("i"),) * 3)
+_SGD = Kernel("fused_sgd", _INCREMENT.source, list_reference(_sgd_step))
