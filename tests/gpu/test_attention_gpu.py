@@ -97,8 +97,9 @@ def test_fused_matches_torch(dt, dim, causal, lengths, fused_calls):
 
 
 @pytest.mark.parametrize("dim", [64, 128])
-def test_fused_two_row_tiles_a_warp(dim, fused_calls):
-    """A grid big enough for the 128-row blocks (head dim 64), as GPT-2 at seq 1024."""
+def test_fused_large_grid(dim, fused_calls):
+    """GPT-2's attention at batch 8, seq 1024: 128-row blocks (two row tiles a warp) at
+    head dim 64."""
     ours, theirs = run_both((8, 12, 1024, dim), (8, 12, 1024, dim), (8, 12, 1024, dim), BF16,
                             is_causal=True)  # fmt: skip
     assert len(fused_calls) == 1
