@@ -41,19 +41,6 @@ def _compiled():
     warm(_attention.instances())
 
 
-@pytest.fixture
-def fused_calls(monkeypatch):
-    calls = []
-    real = _attention.AttentionPlan.__call__
-
-    def counting(self, *args):
-        calls.append(self)
-        return real(self, *args)
-
-    monkeypatch.setattr(_attention.AttentionPlan, "__call__", counting)
-    return calls
-
-
 def both(array: np.ndarray):
     """The same values as a vram tensor and a torch tensor on the GPU."""
     ours = vram.tensor(array, device=CUDA)

@@ -132,20 +132,6 @@ def test_fully_masked_rows_give_zeros():
 # ---- low precision: the fused kernel's reference and the composite ------------------------
 
 
-@pytest.fixture
-def fused_calls(monkeypatch):
-    """How many calls took the fused kernel."""
-    calls = []
-    real = _attention.AttentionPlan.__call__
-
-    def counting(self, *args):
-        calls.append(self)
-        return real(self, *args)
-
-    monkeypatch.setattr(_attention.AttentionPlan, "__call__", counting)
-    return calls
-
-
 FUSED_CASES = {
     "plain": ((1, 2, 70, "D"), (1, 2, 90, "D"), {}, None),
     "causal": ((1, 2, 80, "D"), (1, 2, 80, "D"), {"is_causal": True}, None),
