@@ -30,8 +30,12 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_usable(), reason="no 
 CUDA = "cuda:0"
 ROOT = Path(__file__).resolve().parents[2]
 BF16 = ml_dtypes.bfloat16
-TORCH = {BF16: torch.bfloat16, np.float16: torch.float16, np.float32: torch.float32,
-         np.float64: torch.float64}  # fmt: skip
+TORCH = {
+    BF16: torch.bfloat16,
+    np.float16: torch.float16,
+    np.float32: torch.float32,
+    np.float64: torch.float64,
+}
 TOL = {BF16: 2e-2, np.float16: 2e-3, np.float32: 2e-5, np.float64: 1e-10}
 
 
@@ -65,8 +69,11 @@ def run_both(qs, ks, vs, dt, mask=None, **options):
     (q0, q1), (k0, k1), (v0, v1) = both(q), both(k), both(v)
     m0 = m1 = None
     if mask is not None:
-        m0, m1 = both(mask) if mask.dtype != np.bool_ else (
-            vram.tensor(mask, device=CUDA), torch.from_numpy(mask).to(CUDA))  # fmt: skip
+        m0, m1 = (
+            both(mask)
+            if mask.dtype != np.bool_
+            else (vram.tensor(mask, device=CUDA), torch.from_numpy(mask).to(CUDA))
+        )
     ours = F.scaled_dot_product_attention(q0, k0, v0, m0, **options)
     theirs = torch.nn.functional.scaled_dot_product_attention(q1, k1, v1, m1, **options)
     return ours, theirs
@@ -87,8 +94,9 @@ def test_fused_matches_torch(dt, dim, causal, lengths, fused_calls):
 def test_fused_large_grid(dim, fused_calls):
     """GPT-2's attention at batch 8, seq 1024: 128-row blocks (two row tiles a warp) at
     head dim 64."""
-    ours, theirs = run_both((8, 12, 1024, dim), (8, 12, 1024, dim), (8, 12, 1024, dim), BF16,
-                            is_causal=True)  # fmt: skip
+    ours, theirs = run_both(
+        (8, 12, 1024, dim), (8, 12, 1024, dim), (8, 12, 1024, dim), BF16, is_causal=True
+    )
     assert len(fused_calls) == 1
     compare(ours, theirs, BF16)
 
@@ -113,8 +121,9 @@ def test_fused_masks_match_torch(dt, dim, kind, fused_calls):
 
 
 def test_fused_grouped_query_attention(fused_calls):
-    ours, theirs = run_both((2, 8, 70, 128), (2, 2, 90, 128), (2, 4, 90, 128), BF16,
-                            enable_gqa=True)  # fmt: skip
+    ours, theirs = run_both(
+        (2, 8, 70, 128), (2, 2, 90, 128), (2, 4, 90, 128), BF16, enable_gqa=True
+    )
     assert len(fused_calls) == 1
     compare(ours, theirs, BF16)
 

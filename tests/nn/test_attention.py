@@ -227,8 +227,11 @@ def test_scale_is_given_per_call(fused_calls):
     """One plan serves every scale (the kernel takes it as an argument)."""
     q, k, v = (on(sample((1, 1, 20, 64), BF16, seed)) for seed in range(3))
     for scale in (0.05, 0.5, None):
-        close(SDPA(q, k, v, scale=scale), sdpa_np(q.numpy(), k.numpy(), v.numpy(), scale=scale),
-              TOL[BF16])  # fmt: skip
+        close(
+            SDPA(q, k, v, scale=scale),
+            sdpa_np(q.numpy(), k.numpy(), v.numpy(), scale=scale),
+            TOL[BF16],
+        )
     assert len(fused_calls) == 3 and len({id(plan) for plan in fused_calls}) == 1
 
 
@@ -328,5 +331,8 @@ def test_bad_calls_leave_good_ones_working():
     q, k, v = _qkv()
     with pytest.raises(RuntimeError):
         SDPA(q, k, v, on(np.ones((4, 5), bool)), is_causal=True)
-    close(SDPA(q, k, v, is_causal=True), sdpa_np(q.numpy(), k.numpy(), v.numpy(), causal=True),
-          TOL[np.float32])  # fmt: skip
+    close(
+        SDPA(q, k, v, is_causal=True),
+        sdpa_np(q.numpy(), k.numpy(), v.numpy(), causal=True),
+        TOL[np.float32],
+    )

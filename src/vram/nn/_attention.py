@@ -62,8 +62,9 @@ class _Plan:
 
     __slots__ = ("fused", "causal", "repeat_k", "repeat_v", "default_scale", "itemsize")
 
-    def __init__(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool,
-                 gqa: bool) -> None:  # fmt: skip
+    def __init__(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, gqa: bool
+    ) -> None:
         lq, e = q._shape[-2:]
         s = k._shape[-2]
         ev = v._shape[-1]

@@ -178,8 +178,13 @@ def instances() -> list[tuple[str, str]]:
     """Every instance a plan may launch, as (source, name expression): for ``warm``."""
     found = []
     for dt in _DTYPES:
-        for mask_dtype, causal in ((None, False), (None, True), (bool_, False), (dt, False),
-                                   (float32, False)):  # fmt: skip
+        for mask_dtype, causal in (
+            (None, False),
+            (None, True),
+            (bool_, False),
+            (dt, False),
+            (float32, False),
+        ):
             for dim, tiles in ((64, 1), (64, 2), (128, 1)):
                 found.append((source(), entry(dt, mask_dtype, causal, dim, tiles)))
     return found
