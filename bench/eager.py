@@ -8,6 +8,7 @@ op. Ratios are within one run (this host's speed moves between runs).
 
     python bench/eager.py                   # cuda:0; sim:0 measures vram's Python alone
     python bench/eager.py --rows add,exp    # some rows only
+    python bench/eager.py --decoder         # a GPT-2-small decoder block (bench/_decoder.py)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np  # noqa: E402
 
 import vram  # noqa: E402
 from _common import device_from_arguments, write_results  # noqa: E402
+from _decoder import decoder_rows  # noqa: E402
 
 Case = Callable[[], object]
 
@@ -128,7 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=2000, help="calls per batch")
     parser.add_argument("--rounds", type=int, default=15, help="rounds (median taken)")
     parser.add_argument("--rows", default=None, help="comma-separated row names to run")
+    parser.add_argument(
+        "--decoder",
+        action="store_true",
+        help="time a GPT-2-small decoder block (vram and PyTorch, bf16) instead of the calls",
+    )
     options, device = device_from_arguments(parser, argv)
+    if options.decoder:
+        return _decoder(device, options)
     peers: dict[str, dict[str, Case] | None] = {"vram": _vram_cases(device)}
     if device.type == "cuda":
         peers["torch"] = _torch_cases()
@@ -168,6 +177,22 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"{name:<22}{cells}{'-' if ratio is None else ratio:>10}")
     for path in write_results("eager", device, rows, options.out, options.save):
+        print(f"wrote {path}")
+    return 0
+
+
+def _decoder(device: vram.Device, options: argparse.Namespace) -> int:
+    """The decoder-block rows: host and device µs per block, vram against PyTorch eager."""
+    if device.type != "cuda":
+        print(f"--decoder compares with PyTorch on a GPU: needs a cuda device, not {device}")
+        return 2
+    rows = decoder_rows(device, options.rounds)
+    header = ("batch", "seq", "vram_host_us", "torch_host_us", "host_vs_torch")
+    header += ("vram_device_us", "torch_device_us", "device_vs_torch", "max_abs_diff")
+    print("".join(f"{name:>16}" for name in header))
+    for row in rows:
+        print("".join(f"{row[name]!s:>16}" for name in header))
+    for path in write_results("eager_decoder", device, rows, options.out, options.save):
         print(f"wrote {path}")
     return 0
 

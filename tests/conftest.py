@@ -55,3 +55,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def fused_calls(monkeypatch):
+    """The fused attention plans that ran during the test, one entry a call."""
+    from vram.ops import _attention
+
+    calls = []
+    real = _attention.AttentionPlan.__call__
+
+    def counting(self, *args):
+        calls.append(self)
+        return real(self, *args)
+
+    monkeypatch.setattr(_attention.AttentionPlan, "__call__", counting)
+    return calls

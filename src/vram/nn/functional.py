@@ -1,5 +1,5 @@
 """torch.nn.functional: ``linear`` (with cuBLASLt's fused epilogues), the activations,
-``softmax``, ``log_softmax`` and ``layer_norm``."""
+``softmax``, ``log_softmax``, ``layer_norm`` and ``scaled_dot_product_attention``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from .._tensor import Tensor
 from ..blas import _checks, addmm, matmul
 from ..ops import _math, _softmax
 from ..ops._layer_norm import layer_norm
+from ._attention import scaled_dot_product_attention
 
 __all__ = [
     "linear",
@@ -21,6 +22,7 @@ __all__ = [
     "softmax",
     "log_softmax",
     "layer_norm",
+    "scaled_dot_product_attention",
 ]
 
 

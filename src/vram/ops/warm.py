@@ -26,6 +26,7 @@ from .. import _dtypes
 from .._device import Device
 from .._factories import empty
 from .._tensor import Tensor
+from . import _attention
 from ._math import ADDCDIV, ADDCMUL, BINARY, CLAMP, LERP, NAN_TO_NUM, UNARY, WHERE
 from ._pointwise import COPY, FILL, PointwiseOp, plan_for
 from ._promotion import kind
@@ -93,7 +94,10 @@ def pointwise_instances(
     return sorted(found)
 
 
-INSTANCES: dict[str, Callable[..., list[Instance]]] = {"pointwise": pointwise_instances}
+INSTANCES: dict[str, Callable[..., list[Instance]]] = {
+    "pointwise": pointwise_instances,
+    "attention": _attention.instances,
+}
 
 _sources: dict[int, str] = {}
 
