@@ -28,7 +28,7 @@ from .._dtypes import bfloat16, bool_, dtype, float16, float32
 from .._streams import current_handle
 from .._tensor import Tensor
 from ..driver._work import Arg, Kernel, Launch, View
-from . import _launch
+from ._kernels import KERNEL_DIR, c_type
 from ._plans import launcher, new_tensor
 from ._pointwise import store as _put
 from ._reduce import multiprocessors
@@ -107,7 +107,7 @@ def fusable(problem: Problem, dt: dtype) -> bool:
 
 @cache
 def source() -> str:
-    folder = _launch.KERNEL_DIR
+    folder = KERNEL_DIR
     return "".join((folder / name).read_text() for name in ("common.cuh", "attention.cu"))
 
 
@@ -166,10 +166,10 @@ def entry(dt: dtype, mask_dtype: dtype | None, causal: bool, dim: int, rows_per_
     """The kernel instance: element type, mask (none, bool, additive of its type), causal,
     head dim and MMA row tiles per warp."""
     mask_kind = 0 if mask_dtype is None else (1 if mask_dtype is bool_ else 2)
-    m_type = _launch.c_type(mask_dtype if mask_dtype is not None else dt)
+    m_type = c_type(mask_dtype if mask_dtype is not None else dt)
     flag = "true" if causal else "false"
     return (
-        f"vram::attention::forward<{_launch.c_type(dt)}, {m_type}, {mask_kind}, {flag}, "
+        f"vram::attention::forward<{c_type(dt)}, {m_type}, {mask_kind}, {flag}, "
         f"{dim}, {rows_per_warp}>"
     )
 
