@@ -3,6 +3,7 @@ and the ops PyTorch users reach for first, with torch's names. ``vram.ops.FUNCTI
 every function this package gives the ``vram`` namespace.
 """
 
+from . import _advanced, _creation, _indexing, _nonzero, _shapes  # noqa: F401 - fill dispatch
 from ._math import FUNCTIONS, copy_, fill_
 from ._pointwise import PointwiseOp, PointwisePlan
 from ._promotion import can_cast, get_default_dtype, promote_types, result_type, set_default_dtype
