@@ -17,7 +17,7 @@ device and at the next synchronization on sim.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -25,6 +25,7 @@ import numpy as np
 
 from .._device import Device
 from .._dtypes import dtype
+from .._errors import CudaError
 from .._streams import current_handle
 from .._tensor import Tensor, contiguous_strides
 from ..driver._work import Arg, Kernel, Launch, View
@@ -44,7 +45,9 @@ class Geometry:
     """How the indexed operand is reached: ``base`` its strides over ``shape`` (0 along the
     dimensions the indices take), per index the ``sizes`` and ``strides`` of the dimension it
     indexes and that dimension (``dims``, for messages); negative indices count from the end
-    when ``wrap``; a bad index raises ``error(message)`` in the references."""
+    when ``wrap``. A bad index raises ``error(message)`` in the references of the cpu device,
+    and, where ``assert_in`` names the kernel (a GPU or sim device), the CudaError of a
+    device-side assert (CUDA_ERROR_ASSERT) that a GPU reports at the next synchronization."""
 
     shape: tuple[int, ...]
     base: tuple[int, ...]
@@ -54,6 +57,7 @@ class Geometry:
     wrap: bool
     error: type[Exception]
     message: str  # formatted with value, dim and size
+    assert_in: str = ""
 
     def positions(self, indices: tuple[np.ndarray, ...]) -> np.ndarray:
         """The element offset each position of ``shape`` reaches; the error for the first
@@ -66,19 +70,14 @@ class Geometry:
             bad = (wrapped < 0) | (wrapped >= size)
             if bad.any():
                 value = int(values[bad].flat[0])
-                raise self.error(self.message.format(value=value, dim=self.dims[k], size=size))
+                message = self.message.format(value=value, dim=self.dims[k], size=size)
+                if self.assert_in:
+                    raise CudaError(
+                        self.assert_in, "CUDA_ERROR_ASSERT", f"device-side assert: {message}"
+                    )
+                raise self.error(message)
             at = at + wrapped * self.strides[k]
         return at
-
-    def check(self, k: int, values: np.ndarray) -> None:
-        """The error for a bad value among host-known ``values`` of index ``k``."""
-        size = self.sizes[k]
-        values = np.asarray(values).astype(np.int64)
-        wrapped = np.where(values < 0, values + size, values) if self.wrap else values
-        bad = (wrapped < 0) | (wrapped >= size)
-        if bad.any():
-            value = int(values[bad].flat[0])
-            raise self.error(self.message.format(value=value, dim=self.dims[k], size=size))
 
 
 def _gather_reference(*args: Any) -> None:
@@ -154,6 +153,11 @@ def _launch(
     )
 
 
+def _for_device(geometry: Geometry, name: str, device: Device) -> Geometry:
+    """``geometry`` as the references of ``device`` report a bad index (see Geometry)."""
+    return geometry if device.type == "cpu" else replace(geometry, assert_in=name)
+
+
 def _bytes(strides: tuple[int, ...], dt: dtype) -> tuple[int, ...]:
     return tuple(s * dt.itemsize for s in strides)
 
@@ -197,6 +201,7 @@ class GatherPlan:
             *(View(shape, _bytes(st, it), it.np) for it, st in indices),
         )
         operands = [self.stride, geometry.base, *(st for _, st in indices)]
+        geometry = _for_device(geometry, name, src.device)
         self.run = _launch(
             _kernel(name, False), entry, src.device, operands, geometry, views, (geometry,)
         )
@@ -242,6 +247,7 @@ class ScatterPlan:
             *(View(shape, _bytes(st, it), it.np) for it, st in indices),
         )
         operands = [geometry.base, src_strides, *(st for _, st in indices)]
+        geometry = _for_device(geometry, name, dst.device)
         kernel = _kernel(name, True)
         self.run = _launch(kernel, entry, dst.device, operands, geometry, views, (geometry, mode))
 
