@@ -62,10 +62,17 @@ def representative_calls() -> None:
     vram.logspace(0, 1, 5, dtype=vram.float16, device=SIM)
 
 
+_WIDE = (
+    "vram::index::gather<unsigned int, long long, 1, long long, false>",
+    "vram::index::triangle<unsigned char, long long, false>",
+)
+
+
 def test_the_index_kernels_compile(compile_program, entries):
     representative_calls()
     names = tuple(sorted(set(entries)))
     assert len(names) >= 15
+    names += _WIDE  # 64-bit offsets (iteration spaces past 2**31 elements)
     assert any("uint4" in n for n in names)  # the 16-byte cat
     program = compile_program(source(), "sm_90", names)
     assert set(program.lowered_names) == set(names)

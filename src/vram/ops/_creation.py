@@ -5,10 +5,11 @@ linspace and logspace, with torch's arguments and results.
   dense (PyTorch's ``preserve_format``: ``empty_like(x.t())`` is transposed), else
   contiguous ones.
 - eye: zeros, then ones written through the diagonal (a strided view), as PyTorch does.
-- linspace / logspace are computed on the device (no synchronization): element i is ``start
-  + step * i`` below the halfway point and ``end - step * (steps - 1 - i)`` from it, in float
-  for float16, bfloat16, float32 and the integer dtypes, in double for float64 (PyTorch's
-  RangeFactories.cu); logspace raises ``base`` to it.
+- linspace / logspace are computed on the device (no synchronization) by PyTorch's formula
+  (RangeFactories.cu): element i is ``start + step * i`` below the halfway point and ``end -
+  step * (steps - 1 - i)`` from it, in the dtype itself for floating and complex dtypes
+  (float16 and bfloat16 rounded at each step, as c10::Half's arithmetic), in float for
+  integer dtypes; logspace raises ``base`` to it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,17 @@ from typing import Any
 import numpy as np
 
 from .._device import Device, as_device
-from .._dtypes import as_dtype, bool_, complex64, complex128, dtype, float32, float64
+from .._dtypes import (
+    as_dtype,
+    bfloat16,
+    bool_,
+    complex64,
+    complex128,
+    dtype,
+    float16,
+    float32,
+    float64,
+)
 from .._streams import current_handle
 from .._tensor import Tensor, contiguous_strides
 from ..driver._work import Arg, Kernel, Launch, View
@@ -102,10 +113,17 @@ def eye(n: int, m: int | None = None, *, dtype: Any = None, device: Any = None) 
 
 
 def _step_type(dt: dtype) -> dtype:
-    """The type the formula runs in for elements of ``dt``."""
-    if dt.is_complex:
+    """The type PyTorch's formula runs in for elements of ``dt`` (see index.cu: float16 and
+    bfloat16 in float, each step rounded to ``dt``)."""
+    if dt.is_floating_point or dt.is_complex:
         return dt
-    return float64 if dt is float64 else float32
+    return float32
+
+
+def _kernel_type(dt: dtype) -> dtype:
+    """The type the kernel holds the formula's numbers in."""
+    step = _step_type(dt)
+    return float32 if step in (float16, bfloat16) else step
 
 
 _FORMATS = {float32: "f", float64: "d", complex64: "ff", complex128: "dd"}
@@ -114,13 +132,17 @@ _FORMATS = {float32: "f", float64: "d", complex64: "ff", complex128: "dd"}
 def _reference(out: np.ndarray, *args: Any) -> None:
     *values, halfway, log, step_type = args
     pairs = 2 if step_type.is_complex else 1
+    s = step_type.np.type
     start, end, step, base = (
-        step_type.np.type(complex(*values[i : i + 2]) if pairs == 2 else values[i])
+        s(complex(*values[i : i + 2]) if pairs == 2 else values[i])
         for i in range(0, 4 * pairs, pairs)
     )
     n = out.shape[0]
-    i = np.arange(n).astype(step_type.np)
-    value = np.where(np.arange(n) < halfway, start + step * i, end - step * ((n - 1) - i))
+    i = np.arange(n)
+    low = i < halfway
+    count = np.where(low, i, n - 1 - i).astype(step_type.np)
+    offset = (step * count).astype(step_type.np)
+    value = np.where(low, start + offset, end - offset).astype(step_type.np)
     if log:
         value = np.power(base, value)
     out[...] = np.asarray(value).astype(out.dtype)
@@ -137,8 +159,9 @@ class RangePlan:
     def __init__(self, dt: dtype, steps: int, device: Device, log: bool) -> None:
         self.device, self.dtype, self.steps, self.log = device, dt, steps, log
         self.step_type = step = _step_type(dt)
-        fmt = _FORMATS[step]
-        entry = f"vram::index::linspace<{c_type(dt)}, {c_type(step)}, {'true' if log else 'false'}>"
+        held = _kernel_type(dt)
+        fmt = _FORMATS[held]
+        entry = f"vram::index::linspace<{c_type(dt)}, {c_type(held)}, {'true' if log else 'false'}>"
         params = (Arg("P"), np.int64(steps), np.int64(steps // 2), *(Arg(fmt) for _ in range(4)))
         views = (View((steps,), (dt.itemsize,), dt.np),) + (None,) * (4 * len(fmt))
         launch = Launch(
@@ -160,7 +183,10 @@ class RangePlan:
         if self.run is not None:
             first, last = _as_element(start, dt), _as_element(end, dt)
             scalar = step_type.np.type
-            delta = (scalar(last) - scalar(first)) / scalar(steps - 1)
+            if kind(dt) == 1 and self.log:  # PyTorch: float(end - start) / (steps - 1)
+                delta = scalar(last - first) / scalar(steps - 1)
+            else:
+                delta = (scalar(last) - scalar(first)) / scalar(steps - 1)
             values = [scalar(first), scalar(last), delta, scalar(base)]
             packed = []
             for v in values:

@@ -344,13 +344,25 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // ---- linspace and logspace ----------------------------------------------------------------------
+// PyTorch's arithmetic: in T for floating and complex T, each step of it rounded to T for
+// __half and __nv_bfloat16 (c10::Half's operators), in float for integer T (S is float then).
+template <typename T, typename S> __device__ inline S rounded(S x) {
+    if constexpr (IsSame<T, __half>::value || IsSame<T, __nv_bfloat16>::value) {
+        return widen(convert<T>(x));
+    } else {
+        return x;
+    }
+}
+
 template <typename T, typename S, bool LOG>
 __global__ void __launch_bounds__(kBlock)
     linspace(T* __restrict__ out, long long n, long long halfway, S start, S end, S step,
              S base) {
     for (long long i = first_index(); i < n; i += grid_stride()) {
-        const S value = i < halfway ? start + step * convert<S>(static_cast<double>(i))
-                                    : end - step * convert<S>(static_cast<double>(n - i - 1));
+        const bool low = i < halfway;
+        const S count = rounded<T>(convert<S>(static_cast<double>(low ? i : n - i - 1)));
+        const S offset = rounded<T>(step * count);
+        const S value = rounded<T>(low ? start + offset : end - offset);
         if constexpr (LOG) out[i] = convert<T>(m_pow(base, value));
         else out[i] = convert<T>(value);
     }
