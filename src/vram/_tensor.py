@@ -500,12 +500,12 @@ class Tensor:
             self._shape, self._stride, self._offset, index
         )
         target = self._view(shape, stride, offset)
-        if advanced:
-            dispatch["__setitem__"](target, advanced, value)
-        elif isinstance(value, Tensor):
+        if isinstance(value, Tensor) and not advanced:
             target.copy_(value)
-        else:
+        elif isinstance(value, (numbers.Number, np.generic)) and not advanced:
             target.fill_(value)
+        else:  # through tensors, arrays or lists, or a list or array of values (vram.ops)
+            dispatch["__setitem__"](target, advanced, value)
 
     # ---- indexing, joining and triangles (vram.ops: _indexing, _advanced, _nonzero, _shapes) --
     def index_select(self, dim: int, index: Tensor) -> Tensor:

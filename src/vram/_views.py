@@ -12,7 +12,6 @@ them (vram/ops/_indexing.py).
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,6 +48,9 @@ def _is_int(value: Any) -> bool:
 
 def wrap_dim(dim: Any, ndim: int) -> int:
     """``dim`` in [0, ndim) (PyTorch's maybe_wrap_dim: a 0-dim tensor takes -1 and 0)."""
+    top = ndim if ndim > 0 else 1
+    if type(dim) is int and -top <= dim < top:  # the common case, cheaply
+        return dim + top if dim < 0 else dim
     if not _is_int(dim):
         raise TypeError(f"dim: expected an int, got {dim!r}")
     top = max(ndim, 1)
@@ -64,6 +66,8 @@ def int_sequence(values: tuple[Any, ...], argument: str) -> tuple[int, ...]:
     """``f(1, 2)``, ``f((1, 2))`` or ``f([1, 2])`` -> (1, 2); TypeError naming ``argument``."""
     if len(values) == 1 and isinstance(values[0], (tuple, list)):
         values = tuple(values[0])
+    if all(type(v) is int for v in values):  # the common case, cheaply
+        return values
     for v in values:
         if not _is_int(v):
             raise TypeError(f"{argument}: expected a sequence of ints, got {tuple(values)}")
@@ -84,32 +88,36 @@ def infer_shape(shape: tuple[Any, ...], numel: int) -> tuple[int, ...]:
     """A view's shape with at most one -1 filled in (PyTorch's infer_size)."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
-    dims = [int(n) if _is_int(n) else n for n in shape]
-    if any(not isinstance(n, int) for n in dims):
-        raise TypeError(f"shape: dimensions must be ints, got {tuple(shape)}")
+    dims = shape if all(type(n) is int for n in shape) else tuple(_as_dim(n, shape) for n in shape)
     inferred = None
     known = 1
     for i, n in enumerate(dims):
-        if n == -1:
-            if inferred is not None:
-                raise RuntimeError("only one dimension can be inferred")
-            inferred = i
-        elif n < 0:
-            raise RuntimeError(f"invalid shape dimension {n} at index {i} of shape {dims}")
-        else:
+        if n >= 0:
             known *= n
-    if inferred is not None:
-        if known == 0 or numel % known:
-            if known == 0:
-                raise RuntimeError(
-                    f"cannot reshape tensor of {numel} elements into shape {dims} because the "
-                    "unspecified dimension size -1 can be any value and is ambiguous"
-                )
-            raise RuntimeError(f"shape '{dims}' is invalid for input of size {numel}")
-        dims[inferred] = numel // known
-    elif known != numel:
-        raise RuntimeError(f"shape '{dims}' is invalid for input of size {numel}")
-    return tuple(dims)
+        elif n == -1 and inferred is None:
+            inferred = i
+        elif n == -1:
+            raise RuntimeError("only one dimension can be inferred")
+        else:
+            raise RuntimeError(f"invalid shape dimension {n} at index {i} of shape {list(dims)}")
+    if inferred is None:
+        if known != numel:
+            raise RuntimeError(f"shape '{list(dims)}' is invalid for input of size {numel}")
+        return dims
+    if known == 0:
+        raise RuntimeError(
+            f"cannot reshape tensor of {numel} elements into shape {list(dims)} because the "
+            "unspecified dimension size -1 can be any value and is ambiguous"
+        )
+    if numel % known:
+        raise RuntimeError(f"shape '{list(dims)}' is invalid for input of size {numel}")
+    return dims[:inferred] + (numel // known,) + dims[inferred + 1 :]
+
+
+def _as_dim(n: Any, shape: tuple[Any, ...]) -> int:
+    if not _is_int(n):
+        raise TypeError(f"shape: dimensions must be ints, got {tuple(shape)}")
+    return int(n)
 
 
 def view_strides(
@@ -351,12 +359,21 @@ def basic_index(
     True/False), and the advanced items (tensors, arrays, lists) with the dimension of that
     view each starts at. PyTorch's order: an int selects (its dimension goes), so
     ``t[0, :, idx]`` indexes the view's dimension 1."""
+    if type(index) is int and shape:  # t[i], the commonest
+        n = shape[0]
+        if not -n <= index < n:
+            raise IndexError(f"index {index} is out of bounds for dimension 0 with size {n}")
+        at = offset + (index + n if index < 0 else index) * stride[0]
+        return (shape[1:], stride[1:], at), []
     items = _as_tuple(index)
     prepared: list[tuple[Any, int]] = []  # (item, dimensions of the tensor it consumes)
     for item in items:
-        if item is None or item is Ellipsis or isinstance(item, (bool, np.bool_)):
+        kind = type(item)
+        if kind is slice or kind is int:
+            prepared.append((item, 1))
+        elif item is None or item is Ellipsis or kind is bool or kind is np.bool_:
             prepared.append((item, 0))
-        elif isinstance(item, slice) or _is_int(item):
+        elif _is_int(item):
             prepared.append((item, 1))
         elif is_advanced(item):
             prepared.append(_advanced_item(item))
@@ -375,7 +392,22 @@ def basic_index(
     dim = 0
     ellipsis_seen = False
     for item, consumes in prepared:
-        if item is Ellipsis:
+        kind = type(item)
+        if kind is slice:
+            n = shape[dim]
+            start, stop, step = _slice(item, n)
+            length = len(range(start, stop, step))
+            out_shape.append(length)
+            out_stride.append(stride[dim] * step)
+            offset += start * stride[dim] if length else 0
+            dim += 1
+        elif kind is int or (consumes == 1 and _is_int(item)):
+            n = shape[dim]
+            if not -n <= item < n:
+                raise IndexError(f"index {item} is out of bounds for dimension {dim} with size {n}")
+            offset += (int(item) % n) * stride[dim]
+            dim += 1
+        elif item is Ellipsis:
             skip = 0 if ellipsis_seen else ndim - used
             ellipsis_seen = True
             out_shape += shape[dim : dim + skip]
@@ -384,20 +416,6 @@ def basic_index(
         elif item is None or isinstance(item, (bool, np.bool_)):
             out_shape.append(1 if item is None or item else 0)
             out_stride.append(shape[dim] * stride[dim] if dim < ndim else 1)
-        elif isinstance(item, slice):
-            n = shape[dim]
-            start, stop, step = _slice(item, n)
-            length = len(range(start, stop, step))
-            out_shape.append(length)
-            out_stride.append(stride[dim] * step)
-            offset += start * stride[dim] if length else 0
-            dim += 1
-        elif consumes == 1 and _is_int(item):
-            n = shape[dim]
-            if not -n <= item < n:
-                raise IndexError(f"index {item} is out of bounds for dimension {dim} with size {n}")
-            offset += (int(item) % n) * stride[dim]
-            dim += 1
         else:
             advanced.append((len(out_shape), item))
             out_shape += shape[dim : dim + consumes]
@@ -409,12 +427,6 @@ def basic_index(
 
 
 def _slice(item: slice, n: int) -> tuple[int, int, int]:
-    for name in ("start", "stop", "step"):
-        value = getattr(item, name)
-        if value is not None and not _is_int(value) and not isinstance(value, numbers.Integral):
-            raise TypeError(
-                f"index: slice {name} must be an int or None, got {type(value).__name__}"
-            )
     if item.step is not None:
         if item.step == 0:
             raise ValueError("slice step cannot be zero")

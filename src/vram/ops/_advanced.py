@@ -185,6 +185,9 @@ def getitem(view: Tensor, advanced: list[tuple[int, Any]]) -> Tensor:
 def setitem(view: Tensor, advanced: list[tuple[int, Any]], value: Any) -> None:
     """``t[index] = value`` with advanced items: ``masked_fill_`` for one mask and a
     one-element value, else ``index_put_`` of ``value`` cast to ``view``'s dtype."""
+    if not advanced:  # a list or array of values into a view
+        view.copy_(_values_for(view, value))
+        return
     if _fills_through_mask(view, advanced, value):
         pos, mask = advanced[0]
         if not isinstance(mask, Tensor):
