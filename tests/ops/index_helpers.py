@@ -30,3 +30,8 @@ def equal(got: vram.Tensor, want: np.ndarray) -> None:
     assert array.shape == np.shape(want), (array.shape, np.shape(want))
     assert array.dtype == np.asarray(want).dtype, (array.dtype, np.asarray(want).dtype)
     np.testing.assert_array_equal(array, want)
+
+
+def put(a: np.ndarray, device) -> vram.Tensor:
+    """A new tensor on ``device`` holding ``a``."""
+    return vram.tensor(a, device=device)

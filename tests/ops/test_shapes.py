@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from index_helpers import CPU, DEVICES, DTYPES, SIM, equal, random
+from index_helpers import CPU, DEVICES, DTYPES, SIM, equal, put, random
 
 import vram
 from vram.ops import _shapes
 
 IDS = [d.name for d in DTYPES]
-
-
-def put(a: np.ndarray, device) -> vram.Tensor:
-    return vram.tensor(a, device=device)
 
 
 # ---- cat and stack -----------------------------------------------------------------------------

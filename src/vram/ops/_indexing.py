@@ -70,10 +70,14 @@ def _without(strides: tuple[int, ...], d: int) -> tuple[int, ...]:
 def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:  # noqa: A002
     """torch.index_select: the slices of ``input`` at ``index`` (int32 or int64, at most 1-D)
     along ``dim``, in a new tensor."""
-    require_tensor("index_select", "input", input)
-    require_tensor("index_select", "index", index)
-    key = ("index_select", signature(input), dim, signature(index))
-    plan = cached(key, _index_select_plan, input, dim, index)
+    return _through("index_select", _index_select_plan, input, dim, index)
+
+
+def _through(name: str, build: Any, input: Tensor, dim: int, index: Tensor) -> Tensor:  # noqa: A002
+    """Run the gather plan ``build`` makes for ``input`` and ``index`` along ``dim``."""
+    require_tensor(name, "input", input)
+    require_tensor(name, "index", index)
+    plan = cached((name, signature(input), dim, signature(index)), build, input, dim, index)
     return plan(input, (index,))
 
 
@@ -107,11 +111,7 @@ def _index_select_plan(input: Tensor, dim: int, index: Tensor) -> Any:  # noqa: 
 def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:  # noqa: A002
     """torch.gather: ``out[i][j][k] = input[index[i][j][k]][j][k]`` (for dim 0); the result
     has ``index``'s shape."""
-    require_tensor("gather", "input", input)
-    require_tensor("gather", "index", index)
-    key = ("gather", signature(input), dim, signature(index))
-    plan = cached(key, _gather_plan, input, dim, index)
-    return plan(input, (index,))
+    return _through("gather", _gather_plan, input, dim, index)
 
 
 def _gather_plan(input: Tensor, dim: int, index: Tensor) -> Any:  # noqa: A002

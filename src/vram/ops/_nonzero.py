@@ -18,10 +18,11 @@ from .._dtypes import bool_, int64
 from .._streams import current_handle
 from .._tensor import Tensor, dispatch
 from ..driver._work import Arg, Kernel, Launch, View
+from ._args import cached, require_tensor, same_device, signature
 from ._index_kernels import BLOCK, bits_type, fits_int32, grid, offsets_struct, source
 from ._iterator import broadcast_shape, operand_strides
 from ._launch import c_type
-from ._plans import PLANS, launcher, new_tensor
+from ._plans import launcher, new_tensor
 
 __all__ = ["nonzero", "argwhere", "masked_select", "count_nonzero_plan"]
 
@@ -162,32 +163,15 @@ def _bytes(strides: tuple[int, ...], t: Tensor) -> tuple[int, ...]:
 
 def count_nonzero_plan(mask: Tensor, values: Tensor | None, shape: tuple[int, ...]) -> CompactPlan:
     """The plan of one signature (built on first sight)."""
-    key = (CompactPlan, _signature(mask), _signature(values), shape)
-    plan = PLANS.get(key)
-    if plan is None:
-        plan = PLANS.add(key, CompactPlan(mask, values, shape))
-    return plan
-
-
-def _signature(t: Tensor | None) -> Any:
-    if t is None:
-        return None
-    return (t.dtype, t._shape, t._stride, t.device)
-
-
-def _tensor(name: str, argument: str, value: Any) -> Tensor:
-    if not isinstance(value, Tensor):
-        raise TypeError(
-            f"{name}(): argument '{argument}' must be Tensor, not {type(value).__name__}"
-        )
-    return value
+    key = ("compact", signature(mask), signature(values) if values is not None else None, shape)
+    return cached(key, CompactPlan, mask, values, shape)
 
 
 def nonzero(input: Tensor, *, as_tuple: bool = False) -> Any:  # noqa: A002
     """torch.nonzero: the indices of the nonzero elements, [count, ndim] int64 in row-major
     order (a tuple of 1-D index tensors, one per dimension, with ``as_tuple=True``).
     Synchronizes (the count decides the result's size)."""
-    _tensor("nonzero", "input", input)
+    require_tensor("nonzero", "input", input)
     found = count_nonzero_plan(input, None, input._shape)(input, None)
     if not as_tuple:
         return found
@@ -209,15 +193,11 @@ def argwhere(input: Tensor) -> Tensor:  # noqa: A002
 def masked_select(input: Tensor, mask: Tensor) -> Tensor:  # noqa: A002
     """torch.masked_select: the elements of ``input`` where ``mask`` (broadcast together) is
     True, as a 1-D tensor in row-major order. Synchronizes."""
-    _tensor("masked_select", "input", input)
-    _tensor("masked_select", "mask", mask)
+    require_tensor("masked_select", "input", input)
+    require_tensor("masked_select", "mask", mask)
     if mask.dtype is not bool_:
         raise RuntimeError("masked_select: expected BoolTensor for mask")
-    if mask.device != input.device:
-        raise RuntimeError(
-            "Expected all tensors to be on the same device, but found at least two devices, "
-            f"{input.device} and {mask.device}!"
-        )
+    same_device(input, mask)
     shape = broadcast_shape([input._shape, mask._shape])
     return count_nonzero_plan(mask, input, shape)(mask, input)
 

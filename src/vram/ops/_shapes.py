@@ -13,7 +13,9 @@ methods (permute, transpose, squeeze, split, ...).
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from functools import cache
 from typing import Any
 
@@ -195,7 +197,7 @@ class CatPlan:
             ptrs = [tensors[i].data_ptr() for i in self.used]
             base = out.data_ptr()
             aligned = self.units[0]
-            if (base | _or(ptrs)) % aligned:
+            if functools.reduce(operator.or_, ptrs, base) % aligned:
                 aligned = self.units[-1]
             stream = current_handle(device) if device.type != "cpu" else 0
             for g, (run, slots) in enumerate(self.fast[aligned]):
@@ -206,13 +208,6 @@ class CatPlan:
             t = tensors[i]
             copy_into(out.narrow(self.dim, self.offsets[i], t._shape[self.dim]), t)
         return out
-
-
-def _or(values: list[int]) -> int:
-    result = 0
-    for v in values:
-        result |= v
-    return result
 
 
 def _rows_launch(
@@ -249,18 +244,9 @@ def _check_out_overlap(out: Tensor, tensors: tuple[Tensor, ...]) -> None:
 def cat(tensors: Any, dim: int = 0, *, out: Tensor | None = None) -> Tensor:
     """torch.cat: ``tensors`` joined along ``dim`` (dtypes promoted; 1-D empty tensors
     skipped); into ``out`` when given."""
-    if not isinstance(tensors, (tuple, list)):
-        raise TypeError(
-            f"cat(): argument 'tensors' must be tuple of Tensors, not {type(tensors).__name__}"
-        )
+    tensors = _tensor_list("cat", tensors)
     if not tensors:
         raise ValueError("torch.cat(): expected a non-empty list of Tensors")
-    for i, t in enumerate(tensors):
-        if not isinstance(t, Tensor):
-            raise TypeError(
-                f"expected Tensor as element {i} in argument 0, but got {type(t).__name__}"
-            )
-    tensors = tuple(tensors)
     key = ("cat", dim, tuple(map(signature, tensors)), signature(out) if out is not None else None)
     plan = cached(key, CatPlan, tensors, dim, out)
     return plan(tensors, out)
@@ -269,19 +255,25 @@ def cat(tensors: Any, dim: int = 0, *, out: Tensor | None = None) -> Tensor:
 concat = concatenate = cat
 
 
-def stack(tensors: Any, dim: int = 0, *, out: Tensor | None = None) -> Tensor:
-    """torch.stack: ``tensors`` (all of one shape) joined along a new dimension ``dim``."""
+def _tensor_list(name: str, tensors: Any) -> tuple[Tensor, ...]:
+    """``tensors`` as a tuple; PyTorch's TypeError for anything but a sequence of tensors."""
     if not isinstance(tensors, (tuple, list)):
         raise TypeError(
-            f"stack(): argument 'tensors' must be tuple of Tensors, not {type(tensors).__name__}"
+            f"{name}(): argument 'tensors' must be tuple of Tensors, not {type(tensors).__name__}"
         )
-    if not tensors:
-        raise RuntimeError("stack expects a non-empty TensorList")
     for i, t in enumerate(tensors):
         if not isinstance(t, Tensor):
             raise TypeError(
                 f"expected Tensor as element {i} in argument 0, but got {type(t).__name__}"
             )
+    return tuple(tensors)
+
+
+def stack(tensors: Any, dim: int = 0, *, out: Tensor | None = None) -> Tensor:
+    """torch.stack: ``tensors`` (all of one shape) joined along a new dimension ``dim``."""
+    tensors = _tensor_list("stack", tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
     first = tensors[0]
     for i, t in enumerate(tensors[1:], 1):
         if t._shape != first._shape:

@@ -54,8 +54,11 @@ __device__ inline long long grid_stride() {
     return static_cast<long long>(gridDim.x) * blockDim.x;
 }
 
+// The operands' offsets of element i; where ``inner`` is given, i's indices along dimensions
+// 0 and 1 too (the columns and rows of tril / triu).
 template <typename Index, int N>
-__device__ inline void offsets(const Offsets<Index, N>& l, long long i, Index (&o)[N]) {
+__device__ inline void offsets(const Offsets<Index, N>& l, long long i, Index (&o)[N],
+                               Index* inner = nullptr) {
 #pragma unroll
     for (int k = 0; k < N; ++k) o[k] = 0;
     Index rest = static_cast<Index>(i);
@@ -66,6 +69,7 @@ __device__ inline void offsets(const Offsets<Index, N>& l, long long i, Index (&
         const Index next = rest / size;
         const Index at = rest - next * size;
         rest = next;
+        if (inner != nullptr && d < 2) inner[d] = at;
 #pragma unroll
         for (int k = 0; k < N; ++k) o[k] += at * l.strides[d][k];
     }
@@ -209,23 +213,11 @@ template <typename U, typename Index, bool UPPER>
 __global__ void __launch_bounds__(kBlock)
     triangle(U* out, const U* in, long long n, long long diagonal, Offsets<Index, 2> l) {
     for (long long i = first_index(); i < n; i += grid_stride()) {
-        Index rest = static_cast<Index>(i);
-        Index o0 = 0, o1 = 0, col = 0, row = 0;
-#pragma unroll
-        for (int d = 0; d < kMaxDims; ++d) {
-            if (d == l.ndim) break;
-            const Index size = l.sizes[d];
-            const Index next = rest / size;
-            const Index at = rest - next * size;
-            rest = next;
-            if (d == 0) col = at;
-            if (d == 1) row = at;
-            o0 += at * l.strides[d][0];
-            o1 += at * l.strides[d][1];
-        }
-        const long long band = static_cast<long long>(col) - static_cast<long long>(row);
+        Index o[2], at[2];  // at: the column and the row
+        offsets(l, i, o, at);
+        const long long band = static_cast<long long>(at[0]) - static_cast<long long>(at[1]);
         const bool keep = UPPER ? band >= diagonal : band <= diagonal;
-        out[o0] = keep ? in[o1] : U{};
+        out[o[0]] = keep ? in[o[1]] : U{};
     }
 }
 
