@@ -154,7 +154,7 @@ def scatter_(
 ) -> Tensor:
     """Tensor.scatter_: ``input[index[i][j]][j] = src[i][j]`` (for dim 0), or ``value``;
     ``reduce="add"`` or ``"multiply"`` combines instead of writing. In place."""
-    return _scatter("scatter", input, dim, index, src, value, reduce)
+    return _scatter("scatter", input, dim, index, src, value, reduce, inplace=True)
 
 
 def scatter(
@@ -167,32 +167,34 @@ def scatter(
     reduce: str | None = None,
 ) -> Tensor:
     """torch.scatter: ``scatter_`` into a copy of ``input``."""
-    require_tensor("scatter", "input", input)
-    return _scatter("scatter", input.clone(), dim, index, src, value, reduce)
+    return _scatter("scatter", input, dim, index, src, value, reduce, inplace=False)
 
 
 def scatter_add_(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:  # noqa: A002
     """Tensor.scatter_add_: ``input[index[i][j]][j] += src[i][j]`` (for dim 0), atomically.
     In place."""
     require_tensor("scatter_add", "src", src)
-    return _scatter("scatter_add", input, dim, index, src, None, "add")
+    return _scatter("scatter_add", input, dim, index, src, None, "add", inplace=True)
 
 
 def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:  # noqa: A002
     """torch.scatter_add: ``scatter_add_`` into a copy of ``input``."""
-    require_tensor("scatter_add", "input", input)
-    return scatter_add_(input.clone(), dim, index, src)
+    require_tensor("scatter_add", "src", src)
+    return _scatter("scatter_add", input, dim, index, src, None, "add", inplace=False)
 
 
 def _scatter(
     name: str,
-    input: Tensor,
+    input: Tensor,  # noqa: A002
     dim: int,
     index: Tensor,
     src: Any,
     value: Any,
-    reduce: Any,  # noqa: A002
+    reduce: Any,
+    inplace: bool,
 ) -> Tensor:
+    """Every check first (nothing is queued for a call that fails), then the copy of
+    ``input`` when not ``inplace``, then the launch."""
     require_tensor(name, "input", input)
     require_tensor(name, "index", index)
     if reduce not in _MODES:
@@ -200,54 +202,52 @@ def _scatter(
     mode = _MODES[reduce]
     if src is not None and value is not None:
         raise TypeError(f"{name}(): give 'src' or 'value', not both")
-    if src is None:
-        src = value
+    src = value if src is None else src
     if src is None:
         raise TypeError(f"{name}(): missing the 'src' tensor or the 'value' number")
-    if not isinstance(src, Tensor):
-        if not isinstance(src, (numbers.Number, np.generic)):
-            raise TypeError(
-                f"{name}(): argument 'value' must be a number, not {type(src).__name__}"
-            )
-        src = value_tensor(src, input)
-        source_key: Any = (signature(src), "value")
+    if isinstance(src, Tensor):
+        _scatter_checks(name, mode, input, dim, index, src)
+    elif isinstance(src, (numbers.Number, np.generic)):
+        _scatter_checks(name, mode, input, dim, index, None)
+        src = value_tensor(scalar_of(src, input.dtype), input)
     else:
-        source_key = signature(src)
-    key = (name, mode, signature(input), dim, signature(index), source_key)
-    plan = cached(key, _scatter_plan, name, mode, input, dim, index, src, source_key)
+        raise TypeError(f"{name}(): argument 'value' must be a number, not {type(src).__name__}")
+    if not inplace:
+        input = input.clone()  # noqa: A001
+    key = (name, mode, signature(input), dim, signature(index), signature(src))
+    plan = cached(key, _scatter_plan, name, mode, input, dim, index, src)
     _check_no_overlap(input, index, src)
     plan(input, src, (index,))
     return input
 
 
-def _scatter_plan(
+def _scatter_checks(
     name: str,
     mode: int,
-    input: Tensor,
+    input: Tensor,  # noqa: A002
     dim: int,
     index: Tensor,
-    src: Tensor,
-    source_key: Any,  # noqa: A002
-) -> ScatterPlan:
-    is_value = isinstance(source_key, tuple) and source_key[-1:] == ("value",)
+    src: Tensor | None,
+) -> int:
+    """PyTorch's checks of a scatter (``src`` None for a value); the dimension, wrapped."""
     if index.dtype not in _INDEX_DTYPES:
         raise RuntimeError("scatter(): Expected dtype int32/int64 for index")
-    if src.dtype is not input.dtype:
+    if src is not None and src.dtype is not input.dtype:
         raise RuntimeError(f"{name}(): Expected self.dtype to be equal to src.dtype")
-    same_device(input, index, src)
+    same_device(input, index, *((src,) if src is not None else ()))
     d = wrap_dim(dim, input.ndim)
     if max(index.ndim, 1) != max(input.ndim, 1):
         raise RuntimeError("Index tensor must have the same number of dimensions as self tensor")
-    if not is_value and max(index.ndim, 1) != max(src.ndim, 1):
+    if src is not None and max(index.ndim, 1) != max(src.ndim, 1):
         raise RuntimeError("Index tensor must have the same number of dimensions as src tensor")
     for k in range(index.ndim):
         too_big = k != d and index._shape[k] > input._shape[k]
-        if is_value and too_big:
+        if src is None and too_big:
             raise RuntimeError(
                 f"Expected index {list(index._shape)} to be no larger than self "
                 f"{list(input._shape)} apart from dimension {d}"
             )
-        if not is_value and (too_big or index._shape[k] > src._shape[k]):
+        if src is not None and (too_big or index._shape[k] > _size(src, k)):
             raise RuntimeError(
                 f"Expected index {list(index._shape)} to be no larger than self "
                 f"{list(input._shape)} apart from dimension {d} and to be no larger size than "
@@ -260,12 +260,33 @@ def _scatter_plan(
         )
     if mode == MULTIPLY and input.dtype is complex128:
         raise NotImplementedError(f"{name}(): reduce='multiply' is not supported for complex128")
+    return d
+
+
+def _size(t: Tensor, k: int) -> int:
+    """``t``'s size along ``k``, a 0-dim tensor's being 1 (PyTorch's ensure_nonempty_size)."""
+    return t._shape[k] if t.ndim else 1
+
+
+def _scatter_plan(
+    name: str,
+    mode: int,
+    input: Tensor,  # noqa: A002
+    dim: int,
+    index: Tensor,
+    src: Tensor,
+) -> ScatterPlan:
+    """The plan of a checked scatter; a 0-dim ``src`` (a value) is read at every position."""
+    d = wrap_dim(dim, input.ndim)
     geometry = _along(input, d, index._shape, RuntimeError)
-    src_strides = (0,) * index.ndim if is_value else src._stride[: index.ndim]
-    if src.ndim == 0 and index.ndim:
-        src_strides = (0,) * index.ndim
+    src_strides = src._stride if src.ndim else (0,) * index.ndim
     return ScatterPlan(
-        name, mode, input, geometry, (src.dtype, src_strides), [(index.dtype, index._stride)]
+        name,
+        mode,
+        input,
+        geometry,
+        (src.dtype, src_strides[: index.ndim]),
+        [(index.dtype, index._stride)],
     )
 
 
