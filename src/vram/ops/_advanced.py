@@ -274,40 +274,8 @@ def index_put_(
 ) -> Tensor:
     """Tensor.index_put_: ``input[indices] = values`` (``+=`` when ``accumulate``, atomically);
     ``indices`` a tuple of index tensors or masks, None for a whole dimension. In place."""
-    require_tensor("index_put_", "input", input)
-    require_tensor("index_put_", "values", values)
-    if not isinstance(indices, (tuple, list)):
-        raise TypeError(
-            "index_put_(): argument 'indices' must be a tuple of Tensors, not "
-            f"{type(indices).__name__}"
-        )
-    if values.dtype is not input.dtype:
-        raise RuntimeError(
-            "Index put requires the source and destination dtypes match, got "
-            f"{TORCH_NAMES[input.dtype.name]} for the destination and "
-            f"{TORCH_NAMES[values.dtype.name]} for the source."
-        )
-    advanced: list[tuple[int, Any]] = []
-    pos = 0
-    for i, item in enumerate(indices):
-        if item is None:
-            pos += 1
-            continue
-        if not isinstance(item, Tensor):
-            raise TypeError(
-                f"index_put_(): expected Tensor or None as element {i} of 'indices', but got "
-                f"{type(item).__name__}"
-            )
-        advanced.append((pos, item))
-        pos += item.ndim if item.dtype in (bool_, uint8) else 1
-    if pos > input.ndim:
-        raise IndexError(f"too many indices for tensor of dimension {input.ndim}")
-    if not advanced:
-        return input.copy_(values)
-    same_device(input, values)
-    view, found = _resolve(input, advanced)
-    _put(view, _same_index_dtype(found), values, accumulate=bool(accumulate))
-    return input
+    advanced = _put_arguments("index_put_", input, indices, values)
+    return _index_put(input, advanced, values, accumulate)
 
 
 def index_put(
@@ -317,8 +285,60 @@ def index_put(
     accumulate: bool = False,
 ) -> Tensor:
     """torch.index_put: ``index_put_`` into a copy of ``input``."""
-    require_tensor("index_put", "input", input)
-    return index_put_(input.clone(), indices, values, accumulate)
+    advanced = _put_arguments("index_put", input, indices, values)
+    return _index_put(input.clone(), advanced, values, accumulate)
+
+
+def _index_put(
+    input: Tensor,  # noqa: A002
+    advanced: list[tuple[int, Tensor]],
+    values: Tensor,
+    accumulate: bool,
+) -> Tensor:
+    if not advanced:
+        return input.copy_(values)
+    view, found = _resolve(input, advanced)
+    _put(view, _same_index_dtype(found), values, accumulate=bool(accumulate))
+    return input
+
+
+def _put_arguments(
+    name: str,
+    input: Tensor,  # noqa: A002
+    indices: Any,
+    values: Any,
+) -> list[tuple[int, Tensor]]:
+    """PyTorch's checks of index_put's arguments; the index tensors with the dimension of
+    ``input`` each starts at."""
+    require_tensor(name, "input", input)
+    require_tensor(name, "values", values)
+    if not isinstance(indices, (tuple, list)):
+        raise TypeError(
+            f"{name}(): argument 'indices' must be a tuple of Tensors, not {type(indices).__name__}"
+        )
+    if values.dtype is not input.dtype:
+        raise RuntimeError(
+            "Index put requires the source and destination dtypes match, got "
+            f"{TORCH_NAMES[input.dtype.name]} for the destination and "
+            f"{TORCH_NAMES[values.dtype.name]} for the source."
+        )
+    same_device(input, values)
+    advanced: list[tuple[int, Tensor]] = []
+    pos = 0
+    for i, item in enumerate(indices):
+        if item is None:
+            pos += 1
+            continue
+        if not isinstance(item, Tensor):
+            raise TypeError(
+                f"{name}(): expected Tensor or None as element {i} of 'indices', but got "
+                f"{type(item).__name__}"
+            )
+        advanced.append((pos, item))
+        pos += item.ndim if item.dtype in (bool_, uint8) else 1
+    if pos > input.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {input.ndim}")
+    return advanced
 
 
 dispatch.update(
