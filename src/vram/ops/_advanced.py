@@ -27,7 +27,7 @@ from .._device import Device
 from .._dtypes import bool_, int32, int64, uint8
 from .._factories import tensor as _tensor_of
 from .._tensor import Tensor, dispatch
-from ._args import TORCH_NAMES, cached, require_tensor, same_device, signature
+from ._args import TORCH_NAMES, cached, check_no_overlap, require_tensor, same_device, signature
 from ._gather import ADD, ASSIGN, GatherPlan, Geometry, ScatterPlan
 from ._indexing import OUT_OF_BOUNDS, masked_fill_, scalar_of, value_tensor
 from ._iterator import broadcast_shape, operand_strides
@@ -235,6 +235,9 @@ def _values_for(view: Tensor, value: Any) -> Tensor:
 
 def _put(view: Tensor, indices: list[tuple[int, Tensor]], values: Tensor, accumulate: bool) -> None:
     mode = ADD if accumulate else ASSIGN
+    if values._storage is view._storage:
+        values = values.clone()
+    check_no_overlap(view, *(t for _, t in indices))
     key = (
         "index_put",
         mode,
@@ -243,8 +246,6 @@ def _put(view: Tensor, indices: list[tuple[int, Tensor]], values: Tensor, accumu
         signature(values),
     )
     plan = cached(key, _put_plan, view, indices, values, mode)
-    if values._storage is view._storage:
-        values = values.clone()
     plan(view, values, tuple(t for _, t in indices))
 
 

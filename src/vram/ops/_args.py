@@ -9,7 +9,15 @@ from typing import Any
 from .._tensor import Tensor
 from ._plans import PLANS
 
-__all__ = ["signature", "require_tensor", "same_device", "cached", "overlaps", "TORCH_NAMES"]
+__all__ = [
+    "signature",
+    "require_tensor",
+    "same_device",
+    "cached",
+    "overlaps",
+    "check_no_overlap",
+    "TORCH_NAMES",
+]
 
 TORCH_NAMES = {  # dtypes as PyTorch's messages name them ("Float", "Long")
     "bool": "Bool",
@@ -75,3 +83,14 @@ def overlaps(a: Tensor, b: Tensor) -> bool:
     a_low, a_high = _byte_range(a)
     b_low, b_high = _byte_range(b)
     return a_low < b_high and b_low < a_high
+
+
+def check_no_overlap(written: Tensor, *read: Tensor) -> None:
+    """RuntimeError (PyTorch's) when a tensor read shares memory with the one written."""
+    for t in read:
+        if overlaps(written, t):
+            raise RuntimeError(
+                "unsupported operation: some elements of the input tensor and the written-to "
+                "tensor refer to a single memory location. Please clone() the tensor before "
+                "performing the operation."
+            )

@@ -20,7 +20,7 @@ import numpy as np
 from .._dtypes import bool_, complex128, dtype, int32, int64
 from .._tensor import Tensor, contiguous_strides, dispatch
 from .._views import wrap_dim
-from ._args import cached, overlaps, require_tensor, same_device, signature
+from ._args import cached, check_no_overlap, require_tensor, same_device, signature
 from ._gather import ADD, ASSIGN, MULTIPLY, GatherPlan, Geometry, ScatterPlan
 from ._iterator import broadcast_shape, has_internal_overlap
 from ._math import WHERE, fill_
@@ -216,7 +216,7 @@ def _scatter(
         input = input.clone()  # noqa: A001
     key = (name, mode, signature(input), dim, signature(index), signature(src))
     plan = cached(key, _scatter_plan, name, mode, input, dim, index, src)
-    _check_no_overlap(input, index, src)
+    check_no_overlap(input, index, src)
     plan(input, src, (index,))
     return input
 
@@ -294,17 +294,6 @@ def value_tensor(value: Any, like: Tensor) -> Tensor:
     """A 0-dim tensor of ``like``'s dtype and device holding ``value``."""
     t = new_tensor((), (), like.dtype, like.device, like.dtype.itemsize)
     return fill_(t, value)
-
-
-def _check_no_overlap(written: Tensor, *read: Tensor) -> None:
-    """RuntimeError (PyTorch's) when a tensor read shares memory with the one written."""
-    for t in read:
-        if overlaps(written, t):
-            raise RuntimeError(
-                "unsupported operation: some elements of the input tensor and the written-to "
-                "tensor refer to a single memory location. Please clone() the tensor before "
-                "performing the operation."
-            )
 
 
 # ---- masked_fill -------------------------------------------------------------------------------
