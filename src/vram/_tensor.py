@@ -38,6 +38,7 @@ from ._views import (
     permute_order,
     split_sizes,
     squeeze_layout,
+    unflatten_shape,
     unsqueeze_layout,
     view_strides,
     wrap_dim,
@@ -349,22 +350,7 @@ class Tensor:
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
         """Dimension ``dim`` split into ``sizes`` (one may be -1) (a view)."""
-        d = wrap_dim(dim, self.ndim)
-        sizes = int_sequence((sizes,), "sizes")
-        if not sizes:
-            raise RuntimeError("unflatten: sizes must be non-empty")
-        n = self._shape[d] if self.ndim else 1
-        if sizes.count(-1) > 1:
-            raise RuntimeError("unflatten: only one dimension can be inferred")
-        known = math.prod(s for s in sizes if s != -1)
-        fits = n % known == 0 if known and -1 in sizes else known == n
-        if not fits or any(s < -1 for s in sizes):
-            raise RuntimeError(
-                f"unflatten: Provided sizes {list(sizes)} don't multiply up to the size of dim "
-                f"{dim} ({n}) in the input tensor"
-            )
-        filled = tuple(n // known if s == -1 else s for s in sizes)
-        return self.view(self._shape[:d] + filled + self._shape[d + 1 :])
+        return self.view(unflatten_shape(self._shape, dim, sizes))
 
     def transpose(self, dim0: int, dim1: int) -> Tensor:
         """Swap two dimensions (a view)."""

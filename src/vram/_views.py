@@ -21,6 +21,7 @@ __all__ = [
     "wrap_dim",
     "dim_list",
     "infer_shape",
+    "unflatten_shape",
     "view_strides",
     "expand_layout",
     "permute_order",
@@ -118,6 +119,25 @@ def _as_dim(n: Any, shape: tuple[Any, ...]) -> int:
     if not _is_int(n):
         raise TypeError(f"shape: dimensions must be ints, got {tuple(shape)}")
     return int(n)
+
+
+def unflatten_shape(shape: tuple[int, ...], dim: Any, sizes: Any) -> tuple[int, ...]:
+    """The shape ``unflatten(dim, sizes)`` makes: dimension ``dim`` split into ``sizes``."""
+    d = wrap_dim(dim, len(shape))
+    sizes = int_sequence((sizes,), "sizes")
+    if not sizes:
+        raise RuntimeError("unflatten: sizes must be non-empty")
+    n = shape[d] if shape else 1
+    if sizes.count(-1) > 1:
+        raise RuntimeError("unflatten: only one dimension can be inferred")
+    known = math.prod(s for s in sizes if s != -1)
+    fits = n % known == 0 if known and -1 in sizes else known == n
+    if not fits or any(s < -1 for s in sizes):
+        raise RuntimeError(
+            f"unflatten: Provided sizes {list(sizes)} don't multiply up to the size of dim "
+            f"{dim} ({n}) in the input tensor"
+        )
+    return shape[:d] + tuple(n // known if s == -1 else s for s in sizes) + shape[d + 1 :]
 
 
 def view_strides(
