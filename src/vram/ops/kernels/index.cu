@@ -193,15 +193,36 @@ template <int N> struct Places {
     long long col[N];  // where that row starts in an output row
 };
 
+// Long rows go a tile of kBlock units at a time (one division a tile); short ones an element a
+// thread (one division an element, in 32 bits where the block of the input fits them).
 template <typename U, int N>
 __global__ void __launch_bounds__(kBlock)
     cat_rows(U* __restrict__ out, Pointers<const U, N> in, long long rows, long long row,
              Places<N> at) {
     const int k = blockIdx.y;
     const long long len = at.len[k];
-    const long long total = rows * len;
     const U* __restrict__ src = in.p[k];
     U* __restrict__ dst = out + at.col[k];
+    if (len >= kBlock / 2) {
+        const long long per_row = (len + kBlock - 1) / kBlock;
+        const long long tiles = rows * per_row;
+        for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const long long r = t / per_row;
+            const long long c = (t - r * per_row) * kBlock + threadIdx.x;
+            if (c < len) dst[r * row + c] = src[r * len + c];
+        }
+        return;
+    }
+    const long long total = rows * len;
+    if (total <= 0x7fffffffLL) {
+        const unsigned int n = static_cast<unsigned int>(len);
+        for (long long i = first_index(); i < total; i += grid_stride()) {
+            const unsigned int j = static_cast<unsigned int>(i);
+            const unsigned int r = j / n;
+            dst[static_cast<long long>(r) * row + (j - r * n)] = src[i];
+        }
+        return;
+    }
     for (long long i = first_index(); i < total; i += grid_stride()) {
         const long long r = i / len;
         dst[r * row + (i - r * len)] = src[i];
