@@ -187,6 +187,8 @@ def expand_layout(
             f"expand: the number of sizes provided ({len(sizes)}) must be greater or equal to "
             f"the number of dimensions in the tensor ({len(shape)})"
         )
+    if sizes == shape:
+        return shape, stride
     lead = len(sizes) - len(shape)
     new_shape, new_stride = [], []
     for i, n in enumerate(sizes):
