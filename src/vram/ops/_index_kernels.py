@@ -6,7 +6,6 @@ grid sizes. The kernels' NumPy references live with the ops that launch them.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
 
 import numpy as np
 
@@ -21,6 +20,7 @@ __all__ = [
     "bits_type",
     "offsets_struct",
     "grid",
+    "fits_int32",
     "element_offsets",
 ]
 
@@ -97,12 +97,3 @@ def element_offsets(shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndar
         if s and n > 1:
             at += (np.arange(n, dtype=np.int64) * s).reshape((n,) + (1,) * (len(shape) - d - 1))
     return at
-
-
-def c_type(dt: dtype) -> str:
-    return _launch.c_type(dt)
-
-
-def as_value(value: Any) -> Any:
-    """A NumPy scalar as a Python number (what ``struct`` packs)."""
-    return value.item() if isinstance(value, np.generic) else value
