@@ -195,9 +195,9 @@ def test_transpose_t_permute_expand():
     assert e.stride() == (0, 1)
     np.testing.assert_array_equal(e.numpy(), [[0, 1, 2], [0, 1, 2]])
     assert row.view(3, 1).expand(-1, 4).shape == (3, 4)
-    with pytest.raises(ValueError, match="t\\(\\)"):
+    with pytest.raises(RuntimeError, match="t\\(\\) expects a tensor with <= 2 dimensions"):
         three.t()
-    with pytest.raises(ValueError, match="size"):
+    with pytest.raises(RuntimeError, match="expanded size of the tensor \\(4\\) must match"):
         row.expand(2, 4)
 
 
@@ -428,7 +428,7 @@ def test_bad_view_shapes():
     t = vram.zeros(6, device=SIM)
     with pytest.raises(RuntimeError, match="invalid for input of size 6"):
         t.view(4, 2)
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(RuntimeError, match="only one dimension can be inferred"):
         t.view(-1, -1)
     with pytest.raises(TypeError, match="shape"):
         t.view(2.0, 3)

@@ -83,7 +83,10 @@ from .memory import (
     use_mem_pool,
 )
 from .ops import return_types
+from .ops._advanced import index_put
+from .ops._creation import empty_like, eye, full_like, linspace, logspace, ones_like, zeros_like
 from .ops._foreach import *  # noqa: F403 - PyTorch's vram._foreach_* ops
+from .ops._indexing import gather, index_select, masked_fill, scatter, scatter_add
 from .ops._math import (  # noqa: A004 - torch's names (abs, pow, round) shadow builtins
     abs,
     add,
@@ -147,6 +150,7 @@ from .ops._math import (  # noqa: A004 - torch's names (abs, pow, round) shadow 
     trunc,
     where,
 )
+from .ops._nonzero import argwhere, masked_select, nonzero
 from .ops._promotion import (
     can_cast,
     get_default_dtype,
@@ -175,6 +179,32 @@ from .ops._reductions import (  # noqa: A004 - torch's names (sum, max, all) sha
     var_mean,
 )
 from .ops._scan import cumprod, cumsum
+from .ops._shapes import (
+    cat,
+    chunk,
+    concat,
+    concatenate,
+    flatten,
+    moveaxis,
+    movedim,
+    narrow,
+    permute,
+    reshape,
+    select,
+    split,
+    squeeze,
+    stack,
+    swapaxes,
+    swapdims,
+    t,
+    tile,
+    transpose,
+    tril,
+    triu,
+    unbind,
+    unflatten,
+    unsqueeze,
+)
 from .ops._softmax import log_softmax, softmax
 
 __version__ = "0.1.0"

@@ -44,6 +44,22 @@ from ._dtypes import (
 )
 from ._printing import tensor_repr
 from ._streams import Stream, as_stream, current_stream
+from ._views import (
+    basic_index,
+    chunk_sizes,
+    expand_layout,
+    infer_shape,
+    int_sequence,
+    movedim_order,
+    narrow_offset,
+    permute_order,
+    split_sizes,
+    squeeze_layout,
+    unflatten_shape,
+    unsqueeze_layout,
+    view_strides,
+    wrap_dim,
+)
 from .memory import Allocation, PinnedAllocation, allocate, allocate_pinned
 
 __all__ = ["Tensor"]
@@ -294,15 +310,7 @@ class Tensor:
         return self._shape[0]
 
     def _dim(self, dim: int, ndim: int | None = None) -> int:
-        ndim = self.ndim if ndim is None else ndim
-        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
-            raise TypeError(f"dim: expected an int, got {dim!r}")
-        if not -max(ndim, 1) <= dim < max(ndim, 1):
-            raise IndexError(
-                f"dim: dimension out of range (expected to be in range of "
-                f"[{-max(ndim, 1)}, {max(ndim, 1) - 1}], but got {dim})"
-            )
-        return int(dim) % max(ndim, 1)
+        return wrap_dim(dim, self.ndim if ndim is None else ndim)
 
     # ---- streams -------------------------------------------------------------------
     def _stream_on_device(self, stream: Stream) -> Stream:
@@ -326,30 +334,52 @@ class Tensor:
         if isinstance(self._storage.owner, Allocation):
             self._storage.owner.record_use(stream)
 
-    # ---- views ---------------------------------------------------------------------
+    # ---- views (the arithmetic in vram._views; advanced indexing in vram.ops) ---------
     def view(self, *shape: Any) -> Tensor:
         """The same elements with another shape, sharing memory; RuntimeError if the strides
         cannot express it (use ``reshape``)."""
-        new_shape = _infer_shape(shape, self.numel())
-        strides = _view_strides(self._shape, self._stride, new_shape)
+        new_shape = infer_shape(shape, self.numel())
+        strides = view_strides(self._shape, self._stride, new_shape)
         if strides is None:
             raise RuntimeError(
-                f"view size {new_shape} is not compatible with the tensor's size {self._shape} "
-                f"and stride {self._stride}; use .reshape(...) instead"
+                "view size is not compatible with input tensor's size and stride (at least one "
+                "dimension spans across two contiguous subspaces). Use .reshape(...) instead."
             )
         return self._view(new_shape, strides, self._offset)
 
+    def view_as(self, other: Tensor) -> Tensor:
+        return self.view(other.shape)
+
     def reshape(self, *shape: Any) -> Tensor:
         """A view when the strides allow one, else a contiguous copy."""
-        new_shape = _infer_shape(shape, self.numel())
-        strides = _view_strides(self._shape, self._stride, new_shape)
+        new_shape = infer_shape(shape, self.numel())
+        strides = view_strides(self._shape, self._stride, new_shape)
         if strides is not None:
             return self._view(new_shape, strides, self._offset)
         return self.contiguous().view(new_shape)
 
+    def reshape_as(self, other: Tensor) -> Tensor:
+        return self.reshape(other.shape)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Dimensions ``start_dim`` to ``end_dim`` as one (a view where strides allow)."""
+        start, end = wrap_dim(start_dim, self.ndim), wrap_dim(end_dim, self.ndim)
+        if start > end:
+            raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+        if self.ndim == 0:
+            return self.reshape(1)
+        if start == end:
+            return self
+        merged = math.prod(self._shape[start : end + 1])
+        return self.reshape(self._shape[:start] + (merged,) + self._shape[end + 1 :])
+
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+        """Dimension ``dim`` split into ``sizes`` (one may be -1) (a view)."""
+        return self.view(unflatten_shape(self._shape, dim, sizes))
+
     def transpose(self, dim0: int, dim1: int) -> Tensor:
         """Swap two dimensions (a view)."""
-        a, b = self._dim(dim0), self._dim(dim1)
+        a, b = wrap_dim(dim0, self.ndim), wrap_dim(dim1, self.ndim)
         if self.ndim == 0:
             return self
         shape, stride = list(self._shape), list(self._stride)
@@ -357,55 +387,202 @@ class Tensor:
         stride[a], stride[b] = stride[b], stride[a]
         return self._view(shape, stride, self._offset)
 
+    swapaxes = swapdims = transpose
+
     def t(self) -> Tensor:
         """Transpose a tensor of at most 2 dimensions (a view)."""
         if self.ndim > 2:
-            raise ValueError(f"t() expects a tensor with <= 2 dimensions, got {self.ndim}")
+            raise RuntimeError(
+                f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D"
+            )
         return self.transpose(0, 1) if self.ndim == 2 else self
 
     @property
     def T(self) -> Tensor:  # noqa: N802 - PyTorch's name
         return self.permute(*reversed(range(self.ndim)))
 
+    @property
+    def mT(self) -> Tensor:  # noqa: N802 - PyTorch's name
+        """The last two dimensions swapped (a batch of matrices transposed)."""
+        if self.ndim < 2:
+            raise RuntimeError(
+                "tensor.mT is only supported on matrices or batches of matrices. Got "
+                f"{self.ndim}-D tensor."
+            )
+        return self.transpose(-2, -1)
+
     def permute(self, *dims: Any) -> Tensor:
         """Reorder the dimensions (a view)."""
-        order = [self._dim(d) for d in as_shape(dims, "dims")] if dims else []
-        if sorted(order) != list(range(self.ndim)):
-            raise ValueError(f"dims: {tuple(dims)} is not a permutation of {self.ndim} dims")
+        order = permute_order(dims, self.ndim)
         shape = [self._shape[d] for d in order]
         return self._view(shape, [self._stride[d] for d in order], self._offset)
 
+    def movedim(self, source: Any, destination: Any) -> Tensor:
+        """Dimensions ``source`` moved to positions ``destination`` (a view)."""
+        return self.permute(movedim_order(source, destination, self.ndim))
+
+    moveaxis = movedim
+
     def expand(self, *sizes: Any) -> Tensor:
         """Broadcast to ``sizes`` (a view; -1 keeps a dimension, new dims go in front)."""
-        if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
-            sizes = tuple(sizes[0])
-        if len(sizes) < self.ndim:
-            raise ValueError(f"size: cannot expand shape {self._shape} to {tuple(sizes)}")
-        lead = len(sizes) - self.ndim
-        shape, stride = [], []
-        for i, n in enumerate(sizes):
-            old_n, old_s = (1, 0) if i < lead else (self._shape[i - lead], self._stride[i - lead])
-            n = old_n if n == -1 and i >= lead else n
-            if n == old_n:
-                shape.append(n)
-                stride.append(old_s)
-            elif old_n == 1 and isinstance(n, int) and n >= 0:
-                shape.append(n)
-                stride.append(0)
-            else:
-                raise ValueError(f"size: cannot expand shape {self._shape} to {tuple(sizes)}")
+        shape, stride = expand_layout(self._shape, self._stride, sizes)
         return self._view(shape, stride, self._offset)
 
+    def expand_as(self, other: Tensor) -> Tensor:
+        return self.expand(other.shape)
+
+    def squeeze(self, dim: Any = None) -> Tensor:
+        """Size-1 dimensions removed: all, or those of ``dim`` (an int or a tuple) (a view)."""
+        shape, stride = squeeze_layout(self._shape, self._stride, dim)
+        return self._view(shape, stride, self._offset)
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        """A size-1 dimension inserted at ``dim`` (a view)."""
+        shape, stride = unsqueeze_layout(self._shape, self._stride, dim)
+        return self._view(shape, stride, self._offset)
+
+    def narrow(self, dim: int, start: int, length: int) -> Tensor:
+        """Elements ``start`` to ``start + length`` along ``dim`` (a view)."""
+        if self.ndim == 0:
+            raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
+        d = wrap_dim(dim, self.ndim)
+        first = narrow_offset(self._shape[d], start, length)
+        shape = self._shape[:d] + (int(length),) + self._shape[d + 1 :]
+        return self._view(shape, self._stride, self._offset + first * self._stride[d])
+
+    def select(self, dim: int, index: int) -> Tensor:
+        """The slice at ``index`` along ``dim``, that dimension removed (a view)."""
+        if self.ndim == 0:
+            raise IndexError("select() cannot be applied to a 0-dim tensor.")
+        d = wrap_dim(dim, self.ndim)
+        n = self._shape[d]
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"index: expected an int, got {index!r}")
+        if not -n <= index < n:
+            raise IndexError(
+                f"select(): index {index} out of range for tensor of size {list(self._shape)} "
+                f"at dimension {d}"
+            )
+        offset = self._offset + (int(index) % n) * self._stride[d]
+        return self._view(
+            self._shape[:d] + self._shape[d + 1 :], self._stride[:d] + self._stride[d + 1 :], offset
+        )
+
+    def split(self, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
+        """Views of pieces along ``dim``: of ``split_size`` each (the last may be smaller),
+        or of the sizes in a list."""
+        if self.ndim == 0:
+            raise RuntimeError("split expects at least a 1-dimensional tensor")
+        d = wrap_dim(dim, self.ndim)
+        return self._pieces(d, split_sizes(self._shape[d], split_size_or_sections, d))
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        """At most ``chunks`` views of equal size along ``dim`` (the last may be smaller)."""
+        if self.ndim == 0:
+            raise RuntimeError("chunk expects at least a 1-dimensional tensor")
+        d = wrap_dim(dim, self.ndim)
+        return self._pieces(d, chunk_sizes(self._shape[d], chunks))
+
+    def _pieces(self, d: int, sizes: list[int]) -> tuple[Tensor, ...]:
+        pieces, start = [], 0
+        for n in sizes:
+            pieces.append(self.narrow(d, start, n))
+            start += n
+        return tuple(pieces)
+
+    def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:
+        """Every slice along ``dim`` (views without that dimension)."""
+        if self.ndim == 0:
+            raise IndexError("Dimension specified as 0 but tensor has no dimensions")
+        d = wrap_dim(dim, self.ndim)
+        return tuple(self.select(d, i) for i in range(self._shape[d]))
+
     def __getitem__(self, index: Any) -> Tensor:
-        shape, stride, offset = _index(self, index)
-        return self._view(shape, stride, offset)
+        """Basic indexing (ints, slices, None, ..., True/False) is a view; tensors, lists and
+        arrays in the index read a copy (PyTorch's advanced indexing, vram.ops)."""
+        (shape, stride, offset), advanced = basic_index(
+            self._shape, self._stride, self._offset, index
+        )
+        view = self._view(shape, stride, offset)
+        return dispatch["__getitem__"](view, advanced) if advanced else view
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        target = self[index]
-        if isinstance(value, Tensor):
+        (shape, stride, offset), advanced = basic_index(
+            self._shape, self._stride, self._offset, index
+        )
+        target = self._view(shape, stride, offset)
+        if isinstance(value, Tensor) and not advanced:
             target.copy_(value)
-        else:
+        elif isinstance(value, (numbers.Number, np.generic)) and not advanced:
             target.fill_(value)
+        else:  # through tensors, arrays or lists, or a list or array of values (vram.ops)
+            dispatch["__setitem__"](target, advanced, value)
+
+    # ---- indexing, joining and triangles (vram.ops: _indexing, _advanced, _nonzero, _shapes) --
+    def index_select(self, dim: int, index: Tensor) -> Tensor:
+        return dispatch["index_select"](self, dim, index)
+
+    def gather(self, dim: int, index: Tensor) -> Tensor:
+        return dispatch["gather"](self, dim, index)
+
+    def scatter(
+        self, dim: int, index: Tensor, src: Any = None, value: Any = None, *, reduce: Any = None
+    ) -> Tensor:
+        return dispatch["scatter"](self, dim, index, src, value, reduce=reduce)
+
+    def scatter_(
+        self, dim: int, index: Tensor, src: Any = None, value: Any = None, *, reduce: Any = None
+    ) -> Tensor:
+        return dispatch["scatter_"](self, dim, index, src, value, reduce=reduce)
+
+    def scatter_add(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
+        return dispatch["scatter_add"](self, dim, index, src)
+
+    def scatter_add_(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
+        return dispatch["scatter_add_"](self, dim, index, src)
+
+    def index_put(self, indices: Sequence[Any], values: Tensor, accumulate: bool = False) -> Tensor:
+        return dispatch["index_put"](self, indices, values, accumulate)
+
+    def index_put_(
+        self, indices: Sequence[Any], values: Tensor, accumulate: bool = False
+    ) -> Tensor:
+        return dispatch["index_put_"](self, indices, values, accumulate)
+
+    def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
+        return dispatch["masked_fill"](self, mask, value)
+
+    def masked_fill_(self, mask: Tensor, value: Any) -> Tensor:
+        return dispatch["masked_fill_"](self, mask, value)
+
+    def masked_select(self, mask: Tensor) -> Tensor:
+        """The elements where ``mask`` is True, 1-D. Synchronizes."""
+        return dispatch["masked_select"](self, mask)
+
+    def nonzero(self, *, as_tuple: bool = False) -> Any:
+        """The indices of the nonzero elements. Synchronizes."""
+        return dispatch["nonzero"](self, as_tuple=as_tuple)
+
+    def argwhere(self) -> Tensor:
+        return dispatch["argwhere"](self)
+
+    def repeat(self, *sizes: Any) -> Tensor:
+        return dispatch["repeat"](self, *sizes)
+
+    def tile(self, *dims: Any) -> Tensor:
+        return dispatch["tile"](self, int_sequence(dims, "dims"))
+
+    def tril(self, diagonal: int = 0) -> Tensor:
+        return dispatch["tril"](self, diagonal)
+
+    def tril_(self, diagonal: int = 0) -> Tensor:
+        return dispatch["tril_"](self, diagonal)
+
+    def triu(self, diagonal: int = 0) -> Tensor:
+        return dispatch["triu"](self, diagonal)
+
+    def triu_(self, diagonal: int = 0) -> Tensor:
+        return dispatch["triu_"](self, diagonal)
 
     # ---- copies and conversions ----------------------------------------------------
     def contiguous(self) -> Tensor:
@@ -949,103 +1126,6 @@ for _alias, _name in _ALIASES.items():
     setattr(Tensor, _alias, getattr(Tensor, _name))
     if hasattr(Tensor, f"{_name}_"):
         setattr(Tensor, f"{_alias}_", getattr(Tensor, f"{_name}_"))
-
-
-# ---- shapes and strides ------------------------------------------------------------------
-
-
-def _infer_shape(shape: tuple[Any, ...], numel: int) -> tuple[int, ...]:
-    """A view's shape with at most one -1 filled in; errors name ``shape``."""
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = tuple(shape[0])
-    dims = [
-        int(n) if isinstance(n, (int, np.integer)) and not isinstance(n, bool) else n for n in shape
-    ]
-    if any(not isinstance(n, int) for n in dims):
-        raise TypeError(f"shape: dimensions must be ints, got {tuple(shape)}")
-    if dims.count(-1) > 1 or any(n < -1 for n in dims):
-        raise ValueError(f"shape: {tuple(shape)} has a bad dimension (one -1 at most)")
-    known = math.prod(n for n in dims if n != -1)
-    if -1 in dims:
-        if known == 0 or numel % known:
-            raise RuntimeError(f"shape {tuple(shape)} is invalid for input of size {numel}")
-        dims[dims.index(-1)] = numel // known
-    elif known != numel:
-        raise RuntimeError(f"shape {tuple(shape)} is invalid for input of size {numel}")
-    return tuple(dims)
-
-
-def _view_strides(
-    old_shape: tuple[int, ...], old_stride: tuple[int, ...], new_shape: tuple[int, ...]
-) -> tuple[int, ...] | None:
-    """Strides that view ``old`` memory as ``new_shape``, or None (PyTorch's computeStride):
-    each run of old dimensions that is contiguous in memory can be re-split freely."""
-    if math.prod(old_shape) == 0 or not old_shape:
-        return old_stride if old_shape == new_shape else contiguous_strides(new_shape)
-    new_stride = [0] * len(new_shape)
-    view_d = len(new_shape) - 1
-    chunk_base = old_stride[-1]
-    tensor_numel = view_numel = 1
-    for tensor_d in range(len(old_shape) - 1, -1, -1):
-        tensor_numel *= old_shape[tensor_d]
-        chunk_ends = tensor_d == 0 or (
-            old_shape[tensor_d - 1] != 1 and old_stride[tensor_d - 1] != tensor_numel * chunk_base
-        )
-        if chunk_ends:
-            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
-                new_stride[view_d] = view_numel * chunk_base
-                view_numel *= new_shape[view_d]
-                view_d -= 1
-            if view_numel != tensor_numel:
-                return None
-            if tensor_d > 0:
-                chunk_base = old_stride[tensor_d - 1]
-                tensor_numel = view_numel = 1
-    return tuple(new_stride) if view_d == -1 else None
-
-
-def _index(t: Tensor, index: Any) -> tuple[list[int], list[int], int]:
-    """Shape, strides and offset of ``t[index]`` (ints, slices with step > 0, None, ...)."""
-    items = index if isinstance(index, tuple) else (index,)
-    ellipses = [k for k, i in enumerate(items) if i is Ellipsis]
-    if len(ellipses) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    used = sum(i is not None and i is not Ellipsis for i in items)
-    if used > t.ndim:
-        raise IndexError(f"too many indices for tensor of dimension {t.ndim}")
-    fill = (slice(None),) * (t.ndim - used)
-    if ellipses:
-        items = items[: ellipses[0]] + fill + items[ellipses[0] + 1 :]
-    else:
-        items = items + fill
-    shape: list[int] = []
-    stride: list[int] = []
-    offset, dim = t.storage_offset(), 0
-    for item in items:
-        if item is None:
-            shape.append(1)
-            stride.append(t.shape[dim] * t.stride()[dim] if dim < t.ndim else 1)
-        elif isinstance(item, slice):
-            n = t.shape[dim]
-            if item.step is not None and item.step <= 0:
-                raise ValueError(f"index: slice step must be greater than zero, got {item.step}")
-            start, stop, step = item.indices(n)
-            shape.append(len(range(start, stop, step)))
-            stride.append(t.stride()[dim] * step)
-            offset += start * t.stride()[dim] if shape[-1] else 0
-            dim += 1
-        elif isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_)):
-            n = t.shape[dim]
-            if not -n <= item < n:
-                raise IndexError(f"index {item} is out of bounds for dimension {dim} with size {n}")
-            offset += (int(item) % n) * t.stride()[dim]
-            dim += 1
-        else:
-            raise TypeError(
-                "index: only ints, slices (step > 0), None and ... are supported, "
-                f"got {type(item).__name__}"
-            )
-    return shape, stride, offset
 
 
 # ---- moving data between devices ---------------------------------------------------------

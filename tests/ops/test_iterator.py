@@ -142,11 +142,7 @@ def operand(draw, shape):
         view = view.transpose(0, 1).contiguous().transpose(0, 1)
     if shape and draw(st.booleans()):
         k = draw(st.integers(0, len(shape) - 1))
-        view = (
-            view.narrow(k, 0, 1)
-            if hasattr(view, "narrow")
-            else view[(slice(None),) * k + (slice(0, 1),)]
-        )
+        view = view.narrow(k, 0, min(1, shape[k]))  # a broadcast dimension (or none)
         host = host[(slice(None),) * k + (slice(0, 1),)]
     return view, np.asarray(host)
 

@@ -3,7 +3,18 @@ and the ops PyTorch users reach for first, with torch's names. ``vram.ops.FUNCTI
 every function this package gives the ``vram`` namespace.
 """
 
-from . import _layer_norm, _reductions, _scan, _softmax, return_types
+from . import (  # noqa: F401 - fill dispatch
+    _advanced,
+    _creation,
+    _indexing,
+    _layer_norm,
+    _nonzero,
+    _reductions,
+    _scan,
+    _shapes,
+    _softmax,
+    return_types,
+)
 from ._math import FUNCTIONS, copy_, fill_
 from ._pointwise import PointwiseOp, PointwisePlan
 from ._promotion import can_cast, get_default_dtype, promote_types, result_type, set_default_dtype
