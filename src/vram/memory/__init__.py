@@ -21,7 +21,7 @@ from ._host import (
     reset_peak_host_memory_stats,
 )
 from ._oom_report import MemoryReport, memory_report
-from ._pools import MemPool, use_mem_pool
+from ._pools import MemPool, PrivatePool, use_mem_pool
 from ._registry import allocate, allocator_for
 from ._sanitizer import StreamRace, StreamRaceWarning, stream_races
 from ._snapshot import _dump_snapshot, _record_memory_history, _snapshot, memory_snapshot
@@ -50,6 +50,7 @@ __all__ = [
     "AsyncAllocator",
     "DeviceCachingAllocator",
     "MemPool",
+    "PrivatePool",
     "MemoryReport",
     "memory_report",
     "StreamRace",
