@@ -228,3 +228,21 @@ def test_the_report_shows_the_programs_frames_not_vrams(sim0, capacity):
     test = "test_the_report_shows_the_programs_frames_not_vrams"
     assert shown[:2] == ["_fill_with_tensors", test]
     assert "empty (" not in block and "device_storage" not in block
+
+
+def test_the_advice_never_contradicts_the_replay(sim0, alloc, free, capacity):
+    """Fragmented memory, but a request no setting can serve: after the replay the report
+    gives its verdict alone, not the unchecked advice to turn expandable segments on."""
+    capacity(100 * MiB)
+    _record_memory_history("all", device=sim0)
+    try:
+        _fragment(alloc, free)
+        report = _oom(alloc, 90 * MiB).report
+    finally:
+        _record_memory_history(None, device=sim0)
+    assert any("fragmentation" in text for text in report.findings)
+    assert report.advice and report.advice[0].startswith("expandable_segments:True")
+    result = find_setting(report, jobs=1)
+    assert result.makes_it_fit is None and report.avoided_by.startswith("none of the")
+    text = str(report)
+    assert "expandable_segments:True" not in text.split("why:")[1]

@@ -280,3 +280,36 @@ def test_bad_config(capsys, trace):
     assert main_replay([str(path), "--config", "max_split_size_mb:5"]) == 2
     assert "max_split_size_mb" in capsys.readouterr().err
     assert main_replay([str(path), "--capacity", "lots"]) == 2
+
+
+def test_a_recorded_setting_is_replaced_by_name(trace, capsys):
+    """max_split_size_mb:-1 (PyTorch's spelling for no limit) drops the recorded setting:
+    the max_split trace then replays as the default trace does (the same requests)."""
+    instead, dropped = replay(
+        trace("cnn_train-max_split"),
+        ["max_split_size_mb:-1,expandable_segments:True", "max_split_size_mb:-1"],
+    )
+    (expandable,) = replay(trace("cnn_train-default"), ["expandable_segments:True"])
+    (default,) = replay(trace("cnn_train-default"))
+    assert instead["peak_reserved"] == expandable["peak_reserved"]
+    assert instead["segment_sizes"] == expandable["segment_sizes"]
+    assert dropped["segment_sizes"] == default["segment_sizes"]
+    assert instead["change"] == "replaces" and dropped["change"] == "drops"
+    assert instead["settings"] == "expandable_segments:True" and dropped["settings"] == ""
+    assert main_replay([str(trace("cnn_train-max_split")), "--config", "max_split_size_mb:0"]) == 2
+    assert "-1 (no limit) is PyTorch's default" in capsys.readouterr().err
+
+
+def test_the_report_says_what_each_row_changes_and_not_recorded(trace, capsys):
+    path = str(trace("cnn_train-max_split"))
+    assert main_replay([path, "--config", "expandable_segments:True"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1. the recorded settings settings: max_split_size_mb:64" in out
+    assert "same segments as the trace: yes." in out
+    assert "2. adds expandable_segments:True settings: max_split_size_mb:64,expandable" in out
+    assert "same segments as the trace: not recorded." in out
+    assert (
+        main_replay([path, "--config", "garbage_collection_threshold:0.8,memory_limit:2GiB"]) == 0
+    )
+    out = " ".join(capsys.readouterr().out.split())
+    assert "a memory fraction allowing 2.00 GiB (unchecked prediction)" in out
