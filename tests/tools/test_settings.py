@@ -97,3 +97,10 @@ def test_the_memory_fraction_call():
         f"torch.cuda.set_per_process_memory_fraction({7 * MiB} / "
         "torch.cuda.get_device_properties(0).total_memory)"
     )
+
+
+def test_vram_rows_cap_with_vrams_own_call():
+    # with vram as PyTorch's allocator, torch.cuda's cap does not reach vram
+    assert fraction_call(6 << 30, 80 << 30, pytorch=False) == (
+        "vram.set_per_process_memory_fraction(0.075)"
+    )

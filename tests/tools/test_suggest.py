@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,8 @@ from vram import cli
 from vram.memory import parse_config
 from vram.tools.replay import replay
 from vram.tools.suggest import suggest_lines, suggest_settings
+
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 
 MiB = 1 << 20
 DEFAULTS = parse_config("").settings()
@@ -160,8 +163,19 @@ def test_cli_suggest_bad_input_is_one_line(tmp_path, capsys, snapshot, args, mes
     assert message in err and err.count("\n") == 1
 
 
-def test_suggest_ranks_settings_on_every_bundled_trace(real_trace):
-    found = suggest_settings(real_trace)
+_BUNDLED = sorted(p.name.split(".")[0] for p in TRACES.glob("*.pickle.xz"))
+_searched: dict[str, object] = {}  # each bundled trace's search, made once per run
+
+
+def _search(trace, name: str):
+    if name not in _searched:
+        _searched[name] = suggest_settings(trace(name), jobs=1)
+    return _searched[name]
+
+
+@pytest.mark.parametrize("name", _BUNDLED)
+def test_suggest_ranks_settings_on_every_bundled_trace(trace, name):
+    found = _search(trace, name)
     base = found.baseline.peak_reserved
     assert found.lower_bound <= base
     done = [c for c in found.candidates if not c.pruned and not c.oom]
@@ -170,16 +184,23 @@ def test_suggest_ranks_settings_on_every_bundled_trace(real_trace):
 
 
 # ==================================================== advice a PyTorch user can act on
-_PASTE = ("PYTORCH_CUDA_ALLOC_CONF=", "VRAM_ALLOC_CONF=", "unset ", "torch.cuda.", "and tensor.")
+_PASTE = (
+    "PYTORCH_CUDA_ALLOC_CONF=",
+    "VRAM_ALLOC_CONF=",
+    "unset ",
+    "torch.cuda.",
+    "vram.set_per_process_memory_fraction",
+    "and tensor.",
+)
 
 
 def _setting_line(line: str) -> bool:
     return line.lstrip().startswith(_PASTE)
 
 
-@pytest.mark.parametrize("name", ["gpt_train-default", "cnn_train-max_split", "two_stream-rp2"])
+@pytest.mark.parametrize("name", _BUNDLED)
 def test_the_best_line_is_a_pytorch_setting_with_the_line_to_paste(trace, name):
-    result = suggest_settings(trace(name), jobs=1)
+    result = _search(trace, name)
     lines = suggest_lines(result)
     at = next(i for i, line in enumerate(lines) if line.startswith("best:"))
     best = result.best
@@ -243,13 +264,13 @@ def test_what_the_capacity_did_is_said(trace):
     assert "every setting runs to its end" in text
     gc = [c for c in result.candidates if c.knob == "gc"]  # capped at the whole device
     assert gc and all(
-        c.fraction_call == "torch.cuda.set_per_process_memory_fraction(1)" for c in gc
+        c.fraction_call == "torch.cuda.set_per_process_memory_fraction(1.0)" for c in gc
     )
     roomy = suggest_settings(path, capacity=4 * need, jobs=1)  # capped at the recorded peak
     gc = [c for c in roomy.candidates if c.knob == "gc"]
     fraction = math.ceil(need / (4 * need) * 10_000) / 10_000
     assert gc and all(
-        c.fraction_call == f"torch.cuda.set_per_process_memory_fraction({fraction:g})"
+        c.fraction_call == f"torch.cuda.set_per_process_memory_fraction({fraction!r})"
         and c.memory_limit == int(fraction * 4 * need)
         for c in gc
     )

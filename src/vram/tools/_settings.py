@@ -302,12 +302,15 @@ def fraction(limit: int, device_total: int) -> float:
     return min(math.ceil(limit / device_total * 10_000) / 10_000, 1.0)
 
 
-def fraction_call(limit: int, device_total: int | None) -> str:
-    """The PyTorch call that caps the process at ``limit`` bytes: ``fraction`` of a device
-    of ``device_total`` bytes, or computed on the device where it runs when None."""
+def fraction_call(limit: int, device_total: int | None, pytorch: bool = True) -> str:
+    """The call that caps the process at ``limit`` bytes: ``fraction`` of a device of
+    ``device_total`` bytes, or computed on the device where it runs when None. PyTorch's
+    (``torch.cuda``), or vram's when vram is PyTorch's allocator (PyTorch's own cap does
+    not reach it then)."""
+    module = "torch.cuda" if pytorch else "vram"
     if device_total:
-        return f"torch.cuda.set_per_process_memory_fraction({fraction(limit, device_total):g})"
+        return f"{module}.set_per_process_memory_fraction({fraction(limit, device_total)!r})"
     return (
-        f"torch.cuda.set_per_process_memory_fraction({limit} / "
-        "torch.cuda.get_device_properties(0).total_memory)"
+        f"{module}.set_per_process_memory_fraction({limit} / "
+        f"{module}.get_device_properties(0).total_memory)"
     )

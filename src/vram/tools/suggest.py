@@ -205,7 +205,7 @@ class _Maker:
         self.seen.add(key)
         call = None
         if change.memory_limit is not None:
-            call = fraction_call(change.memory_limit, self.device_total)
+            call = fraction_call(change.memory_limit, self.device_total, change.pytorch)
         return Candidate(
             config=text,
             knob=knob,
@@ -419,8 +419,10 @@ def _row(c: Candidate, rank: str, result: Suggestion) -> list[str]:
     if c.pruned:
         peak = f"> {format_bytes(result.baseline.peak_reserved)}"
         recovers = share = mallocs = "-"
-    elif c.oom and result.capacity is None:
-        peak, recovers, share, mallocs = "OOM", "-", "-", "-"
+    elif c.oom:
+        peak = "OOM" if result.capacity is None else format_bytes(c.peak_reserved)
+        recovers = share = "-"
+        mallocs = str(c.device_malloc)
     else:
         peak = format_bytes(c.peak_reserved)
         recovers = format_bytes(c.recovers) if c.recovers >= 0 else f"-{format_bytes(-c.recovers)}"
@@ -459,7 +461,8 @@ def _section(
         lines += _row(c, str(n), result)
     left = len(rows) - limit
     if left > 0:
-        lines.append(f"     ({left} more rows not shown: --all shows them, --json lists every row)")
+        rows_text = "1 more row" if left == 1 else f"{left} more rows"
+        lines.append(f"     ({rows_text} not shown: --all shows them, --json lists every row)")
     return lines
 
 
