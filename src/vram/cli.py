@@ -255,20 +255,26 @@ def _viz(options: argparse.Namespace) -> int:
 
         with _progress(options, "comparing snapshots"):
             result = snapshot_diff(options.snapshot, options.diff, options.device)
-            print(f"wrote {write_diff_html(result, out)}")
+            written = write_diff_html(result, out)
+        print(f"wrote {written}")
         return 0
     png = None
     if options.png is not None:
         viz.check_png("--png")  # before anything is written
         png = check_output_path(options.png, "--png")
     title = Path(options.snapshot).name
-    with _progress(options, f"drawing {title}", 2 if png else 1) as advance:
-        snapshot = viz.load_snapshot(options.snapshot)
-        viz.check_device(snapshot, options.device)
-        print(f"wrote {viz.write_html(snapshot, out, device=options.device, title=title)}")
-        advance(1)
-        if png is not None:
-            print(f"wrote {viz.write_png(snapshot, png, device=options.device, title=title)}")
+    written = []
+    try:
+        with _progress(options, f"drawing {title}", 2 if png else 1) as advance:
+            snapshot = viz.load_snapshot(options.snapshot)
+            viz.check_device(snapshot, options.device)
+            written.append(viz.write_html(snapshot, out, device=options.device, title=title))
+            advance(1)
+            if png is not None:
+                written.append(viz.write_png(snapshot, png, device=options.device, title=title))
+    finally:  # what was written is said, also when a later step fails
+        for path in written:
+            print(f"wrote {path}")
     return 0
 
 
@@ -324,7 +330,8 @@ def _replay(options: argparse.Namespace) -> int:
                 "--suggest chooses the settings itself; it takes no --config, --record-use "
                 "or --html"
             )
-        from .tools.suggest import suggest_lines, suggest_settings
+        from .tools.suggest import suggest_settings
+        from .tools.suggest_report import suggest_lines
 
         with _progress(options, f"searching settings for {name}") as advance:
             result = suggest_settings(

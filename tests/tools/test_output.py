@@ -28,26 +28,47 @@ class _Terminal(rich.console.Console):
         super().__init__(*args, file=self.buffer, force_terminal=True, width=80, **kwargs)
 
 
-def _run(monkeypatch, seconds: list[float], **options) -> str:
-    clock = iter(seconds)
+class _Timer:
+    """A timer the test fires itself: the 2 s passing, or not."""
+
+    made: list[_Timer] = []
+
+    def __init__(self, seconds, function):
+        self.seconds, self.function, self.cancelled = seconds, function, False
+        _Timer.made.append(self)
+
+    def start(self):
+        pass
+
+    def cancel(self):
+        self.cancelled = True
+
+
+def _run(monkeypatch, two_seconds_pass: bool, **options) -> str:
     monkeypatch.setattr(rich.console, "Console", _Terminal)
-    monkeypatch.setattr(output.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(output, "_timer", _Timer)
     _Terminal.buffer = io.StringIO()
+    _Timer.made = []
     with output.progress("replaying", 10, **options) as advance:
-        for _ in range(len(seconds) - 1):
-            advance(1)
+        advance(3)
+        if two_seconds_pass and _Timer.made:
+            (timer,) = _Timer.made
+            assert timer.seconds == 2.0
+            timer.function()
+        advance(7)
+    assert all(t.cancelled for t in _Timer.made)
     return _Terminal.buffer.getvalue()
 
 
 def test_progress_shows_only_once_the_work_has_taken_2_s(monkeypatch):
-    assert _run(monkeypatch, [0.0, 0.5, 1.0, 1.9]) == ""  # quick work: nothing drawn
-    assert "replaying" in _run(monkeypatch, [0.0, 0.5, 2.5, 3.0])
+    assert _run(monkeypatch, two_seconds_pass=False) == ""  # quick work: nothing drawn
+    assert "replaying" in _run(monkeypatch, two_seconds_pass=True)
 
 
 def test_progress_never_shows_when_quiet_or_not_a_terminal(monkeypatch, capsys):
-    assert _run(monkeypatch, [0.0, 5.0, 6.0], enabled=False) == ""
+    assert _run(monkeypatch, True, enabled=False) == "" and not _Timer.made
     with output.quiet():
-        assert _run(monkeypatch, [0.0, 5.0, 6.0]) == ""
+        assert _run(monkeypatch, True) == "" and not _Timer.made
     monkeypatch.undo()
     with output.progress("replaying", 10) as advance:  # stderr is not a terminal here
         advance(10)

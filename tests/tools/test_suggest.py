@@ -11,7 +11,8 @@ import pytest
 from vram import cli
 from vram.memory import parse_config
 from vram.tools.replay import replay
-from vram.tools.suggest import suggest_lines, suggest_settings
+from vram.tools.suggest import suggest_settings
+from vram.tools.suggest_report import suggest_lines
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import os
 import textwrap
-import time
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +31,7 @@ _WIDE = 120  # columns of output that is not a terminal (a file, a pipe), unless
 _TEXT = 80  # columns of the tools' wrapped text
 _SHOW_AFTER = 2.0  # seconds of work before a progress bar appears
 _quiet = 0  # > 0 inside quiet(): no progress bars
+_timer = threading.Timer  # what shows a progress bar once the work has run _SHOW_AFTER
 
 
 def console() -> Any:
@@ -100,7 +101,7 @@ def progress(
     """A progress bar on stderr while the block runs, advanced by the function it yields
     (``advance(n)``: n more units done; ``advance(0, total=N)``: the total is N now). Drawn
     only when ``enabled``, stderr is a terminal, outside ``quiet()``, and once the block
-    has run 2 s; it is gone when the block ends."""
+    has run 2 s (a timer starts it, so one long step shows it too); gone when it ends."""
     from rich.console import Console
 
     stderr = Console(stderr=True)
@@ -121,25 +122,39 @@ def progress(
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    bar = Progress(*columns, console=stderr, transient=True)
+    bar = Progress(
+        *columns,
+        console=stderr,
+        transient=True,
+        redirect_stdout=False,  # the results stay on stdout
+        redirect_stderr=False,
+    )
     task = bar.add_task(description, total=total)
-    start = time.monotonic()
-    shown = False
+    lock = threading.Lock()
+    state = {"shown": False, "over": False}
+
+    def show() -> None:
+        with lock:
+            if not state["over"]:
+                bar.start()
+                state["shown"] = True
 
     def advance(n: int = 1, total: int | None = None) -> None:
-        nonlocal shown
         if total is not None:
             bar.update(task, total=total)
         bar.advance(task, n)
-        if not shown and time.monotonic() - start >= _SHOW_AFTER:
-            shown = True
-            bar.start()
 
+    timer = _timer(_SHOW_AFTER, show)
+    timer.daemon = True
+    timer.start()
     try:
         yield advance
     finally:
-        if shown:
-            bar.stop()
+        timer.cancel()
+        with lock:
+            state["over"] = True
+            if state["shown"]:
+                bar.stop()
 
 
 def check_output_path(path: str | os.PathLike, argument: str) -> Path:

@@ -24,6 +24,8 @@ import runpy
 import sys
 import traceback
 from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,16 +84,19 @@ def trace_program(
     device: Any,
     max_entries: int = sys.maxsize,
     context: str | None = "all",
+    writing: Callable[[], AbstractContextManager] = nullcontext,
 ) -> int:
     """Run the program (``run_program``) with allocation history on for ``device``'s type
-    and write the snapshot to ``output`` when it ends; the program's exit status. Check
-    ``output`` first (``output.check_output_path``): a run is not lost to a bad path."""
+    and write the snapshot to ``output`` when it ends, inside ``writing()`` (the CLI's
+    progress bar: the program's own output is left alone); the program's exit status.
+    Check ``output`` first (``output.check_output_path``): a run is not lost to a bad path."""
     _record_memory_history("all", context, max_entries=max_entries, device=device)
     try:
         status = run_program(target, argv, kind)
     finally:
         try:
-            _dump_snapshot(str(output), device)
+            with writing():
+                _dump_snapshot(str(output), device)
         finally:
             _record_memory_history(None, device=device)
     return status
