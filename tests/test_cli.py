@@ -211,24 +211,38 @@ def _section(title: str) -> str:
 
 def _setup_commands() -> list[str]:
     blocks = re.findall(r"^```(\w*)\n(.*?)^```", _section("Set up"), re.M | re.S)
-    assert [language for language, _ in blocks] == ["sh", "sh"]
+    assert [language for language, _ in blocks] == ["sh", "sh", "sh"]
     assert all(len(body.strip().splitlines()) == 1 for _, body in blocks), "one line each"
     return [body.strip() for _, body in blocks]
 
 
 def test_readme_setup_makes_and_uses_a_venv_in_the_clone():
-    demo, tests = _setup_commands()
+    demo, tests, quick = _setup_commands()
     assert demo == "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/vram demo"
     assert tests == (
         'python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && '
         ".venv/bin/python -m pytest -q -p no:cacheprovider"
     )
+    assert quick == ".venv/bin/python -m pytest -q -p no:cacheprovider -m quick"
     section = _section("Set up")
     assert "Python 3.10" in section and "`plot`" in section and "python3-venv" in section
+    assert "The full run takes about" in section  # and how long the full run takes
+
+
+def test_the_quick_run_leaves_out_only_tests_that_exist():
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from _quick_run import SLOW
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
+    for path, functions in SLOW.items():
+        text = (ROOT / path).read_text()
+        for function in () if functions == "*" else functions:
+            assert f"def {function}(" in text, (path, function)
 
 
 def test_ci_runs_the_readme_test_command_verbatim():
-    _, tests = _setup_commands()
+    _, tests, _ = _setup_commands()
     lines = (ROOT / ".ci" / "run").read_text().splitlines()
     assert tests in lines
     assert os.access(ROOT / ".ci" / "run", os.X_OK)

@@ -51,7 +51,7 @@ def test_the_replays_own_keys_and_vram_options():
         ("max_split_size_mb:0", "-1 (no limit) is PyTorch's default"),
         ("memory_limit:lots", "memory_limit: cannot read 'lots'"),
         ("record_use:yes", "record_use: expected True or False"),
-        ("max_split_size_mb", "expected key:value"),
+        ("max_split_size_mb", "expected 'key:value'"),
     ],
 )
 def test_bad_changes_name_the_key(text, message):

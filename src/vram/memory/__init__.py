@@ -7,6 +7,7 @@ from ._api import __all__ as _api_all
 from ._async import AsyncAllocator
 from ._caching import DeviceCachingAllocator
 from ._config import AllocatorConfig, parse_config
+from ._config import _items as config_items  # a settings string's key:value pairs
 from ._counting import DeviceCalls, count_device_calls
 from ._host import (
     CachingHostAllocator,
@@ -47,6 +48,7 @@ __all__ = [
     "reset_accumulated_host_memory_stats",
     "reset_peak_host_memory_stats",
     "AllocatorConfig",
+    "config_items",
     "AsyncAllocator",
     "DeviceCachingAllocator",
     "MemPool",

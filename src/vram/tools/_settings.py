@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from .._units import MiB, format_bytes, parse_bytes
+from ..memory import config_items
 
 __all__ = [
     "PYTORCH_KEYS",
@@ -77,29 +78,10 @@ _UNSET = {
 
 
 def items(text: str) -> list[tuple[str, str]]:
-    """``key:value`` pairs of a settings string, in order (a bracketed value kept whole).
-    ValueError for an item without a value or unbalanced brackets."""
-    out: list[tuple[str, str]] = []
-    depth, start = 0, 0
-    for i, ch in enumerate(text + ","):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced brackets in allocator settings {text!r}")
-        elif ch == "," and depth == 0:
-            item = text[start:i].strip()
-            start = i + 1
-            if not item:
-                continue
-            key, sep, value = item.partition(":")
-            if not sep or not key.strip() or not value.strip():
-                raise ValueError(f"{item!r}: expected key:value in allocator settings {text!r}")
-            out.append((key.strip(), value.strip()))
-    if depth:
-        raise ValueError(f"unbalanced brackets in allocator settings {text!r}")
-    return out
+    """``key:value`` pairs of a settings string, in order (a bracketed value kept whole),
+    as the allocator's parser reads them. ValueError for an item without a value or
+    unbalanced brackets."""
+    return config_items(text)
 
 
 def _text(pairs: list[tuple[str, str]]) -> str:
