@@ -9,8 +9,10 @@ Rules of the replay:
   recorded streams' order), so the allocator keeps them apart as PyTorch did.
 - A free whose free_completed comes later (the block waited on record_stream events) is
   used on a held stream of its own (``SimDriver.hold``) that is released at the trace's
-  free_completed; with record_use it returns to the pool at once and the next owner's
-  stream waits instead.
+  free_completed, or earlier when the host synchronizes with it: empty_cache and the OOM
+  path wait for pending frees, and freeing a segment synchronizes the device (cudaFree
+  does), as garbage collection can under other settings. With record_use the block returns
+  to the pool at once and the next owner's stream waits instead.
 - The result row says: device mallocs (segment allocations plus mapped pages), the segment
   sizes in order, peak reserved, peak allocated and ``peak_ratio`` (peak reserved over
   peak allocated); at the allocated peak (the moment allocated memory reached its maximum)
@@ -29,7 +31,7 @@ from typing import Any
 
 from .._device import Device
 from .._errors import OutOfMemoryError
-from ..memory import DeviceCachingAllocator, parse_config
+from ..memory import AllocatorConfig, DeviceCachingAllocator, parse_config
 from ..sim import SimDriver
 from ._replay_device import replay_device
 from ._replay_pools import add_pool_routes
@@ -126,7 +128,7 @@ class Replayer:
     def __init__(
         self,
         trace: Trace,
-        config: Any,
+        config: AllocatorConfig,
         capacity: int,
         record_use: bool,
         limit: int | None = None,
@@ -295,7 +297,7 @@ def replay_config(
         config = parse_config(change.settings)
     except ValueError as exc:
         raise ValueError(f"config {text!r}: {exc}") from None
-    use = change.record_use or record_use
+    change.record_use = use = change.record_use or record_use
     limit = change.memory_limit
     replayer = Replayer(trace, config, device_capacity(trace, capacity), use, limit)
     try:
@@ -313,8 +315,6 @@ def replay_config(
     own_text = ["record_use:True"] if use else []
     if limit is not None:
         own_text.append(f"memory_limit:{limit}")
-    if record_use and not change.record_use:
-        change.record_use = True
     row = {
         "config": text or ("recorded, record_use" if record_use else "recorded"),
         "settings": ",".join(filter(None, [change.settings, *own_text])),
