@@ -1,20 +1,22 @@
 """The quick run: ``pytest -m quick`` runs a subset of every test package in a few minutes.
 
 ``mark(item)`` (called by tests/conftest.py's ``pytest_itemcollected``) gives the ``quick``
-marker to each test function's first case (the first of its parameters), but for the
-functions named in ``SLOW`` (and the files whose module fixtures compile NVRTC kernels or
-emulate them): those whose cheapest case took over 1 s in a full run on a
-shared 2-core machine (compiling NVRTC kernels, the LU kernels emulated on the CPU, the
-browser, the fuzz, subprocesses, the searches over real traces). The full run (``pytest``,
-what CI runs) is unchanged. A new slow test goes in ``SLOW``; every package keeps tests in
-the quick run.
+marker to the first case (the first of its parameters) of the first ``PER_FILE`` test
+functions of each file (each test pays its fixtures' set-up and teardown, a garbage
+collection among them, so the quick run takes a few of every file), leaving out those
+``SLOW`` names: the functions whose cheapest case took over 1 s in a full run on a shared
+2-core machine (compiling NVRTC kernels, the browser, the fuzz, subprocesses, the searches
+over real traces), and the files whose module fixtures compile or emulate NVRTC kernels.
+The full run (``pytest``, what CI runs) is unchanged. A new slow test goes in ``SLOW``.
 """
 
 from __future__ import annotations
 
 import pytest
 
-__all__ = ["SLOW", "mark"]
+__all__ = ["SLOW", "PER_FILE", "mark"]
+
+PER_FILE = 8  # test functions of each file in the quick run, the first ones
 
 SLOW = {  # test file -> functions left out of the quick run ("*": the whole file)
     "tests/ops/test_kernels_compile.py": "*",  # its fixture compiles every NVRTC kernel
@@ -279,15 +281,18 @@ SLOW = {  # test file -> functions left out of the quick run ("*": the whole fil
 }
 
 _seen: set[str] = set()  # test functions that have their quick case already
+_taken: dict[str, int] = {}  # test file -> its functions in the quick run so far
 
 
 def mark(item: pytest.Item) -> None:
-    """Mark ``item`` quick when it is its function's first case and not a slow one."""
+    """Mark ``item`` quick when it is its function's first case, among the first
+    ``PER_FILE`` functions of its file, and not a slow one."""
     path, _, name = item.nodeid.partition("::")
     function = name.split("[")[0]
     key = f"{path}::{function}"
     slow = SLOW.get(path, ())
-    if key in _seen or slow == "*" or function in slow:
+    if key in _seen or slow == "*" or function in slow or _taken.get(path, 0) >= PER_FILE:
         return
     _seen.add(key)
+    _taken[path] = _taken.get(path, 0) + 1
     item.add_marker(pytest.mark.quick)
