@@ -26,11 +26,17 @@ __all__ = [
     "add_output_arguments",
     "device_name",
     "output_path",
+    "description_of",
     "write_result",
     "write_results",
 ]
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def description_of(doc: str | None) -> str:
+    """A script's description for ``--help``: its docstring's first paragraph, whole."""
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
 
 
 def device_name(device: object) -> str:

@@ -39,10 +39,10 @@ if "--vram-src" in sys.argv:  # before vram is imported: run another tree's vram
     sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--vram-src") + 1]).resolve()))
 
 import vram  # noqa: E402
-from _common import add_output_arguments, device_name, write_results  # noqa: E402
+from _common import add_output_arguments, description_of, device_name, write_results  # noqa: E402
 
 try:
-    from vram.tools._output import progress
+    from vram.tools.output import progress
 except ImportError:  # an older tree (--vram-src) has no progress line: none is shown
 
     def progress(label: str, total: int):  # type: ignore[no-redef]
@@ -318,7 +318,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description_of(__doc__))
     parser.add_argument("--device", default=None, help="cuda:N or sim:N (default: the default)")
     parser.add_argument("--pairs", type=int, default=20_000, help="pairs per timed run")
     parser.add_argument("--repeats", type=int, default=7, help="timed rounds")

@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 import vram
-from _common import add_output_arguments, device_name, write_results
+from _common import add_output_arguments, description_of, device_name, write_results
 from _traces import trace_files
 from trace_ops import Request, replayer, sequence, time_per_request
-from vram.memory._snapshot import _dump_snapshot, _record_memory_history
+from vram.memory import _dump_snapshot, _record_memory_history
 
 TRACES = Path(__file__).resolve().parents[1] / "tests" / "data" / "traces"
 RING = 100_000  # events the history keeps (max_entries)
@@ -188,20 +188,19 @@ def _repeated(snapshot: dict, events: int) -> dict:
 
 
 def replay_rate(paths: list[Path]) -> list:
-    import importlib
-
     from _traces import read_trace
+    from vram.tools.replay import read_trace as compile_trace
+    from vram.tools.replay import replay_config
 
-    replay = importlib.import_module("vram.tools.replay")
     rows = []
     for path in paths:
         long = _repeated(read_trace(path), REPLAY_EVENTS)
-        parsed = replay._read_trace(long, None)
+        parsed = compile_trace(long, None)
         for label, config in REPLAY_CONFIGS.items():
             best = None
             for _ in range(3):
                 start = time.perf_counter()
-                replay._replay_one(parsed, config, None, False)
+                replay_config(parsed, config, None)
                 seconds = time.perf_counter() - start
                 best = seconds if best is None else min(best, seconds)
             rows.append(
@@ -218,7 +217,7 @@ def replay_rate(paths: list[Path]) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description_of(__doc__))
     parser.add_argument("--device", default=None, help="cuda:N or sim:N (default: the default)")
     parser.add_argument("--traces", default=str(TRACES), help="folder of trace files")
     parser.add_argument("--repeats", type=int, default=7, help="timed rounds")
@@ -231,8 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     vram.set_device(device)
     paths = [p for p in trace_files(options.traces) if "-default." in p.name]
     if not paths:
-        print(f"no <workload>-default traces in {options.traces}", file=sys.stderr)
-        return 2
+        parser.error(f"--traces: no <workload>-default traces in {options.traces}")
     traces = {p.name.split(".")[0]: sequence(p) for p in paths}
     rows = []
     if options.only in (None, "recording"):

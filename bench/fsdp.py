@@ -36,7 +36,7 @@ from pathlib import Path
 
 import vram
 import vram.distributed as dist
-from _common import device_name, write_results
+from _common import description_of, device_name, write_results
 
 MiB = 1 << 20
 VARIANTS = ("record_stream", "record_use", "event+stash")
@@ -280,7 +280,7 @@ def rank_main(options: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description_of(__doc__))
     parser.add_argument("--device", default=None, help="cuda or sim (when not launched)")
     parser.add_argument("--nproc", type=int, default=2, help="ranks to start (when not launched)")
     parser.add_argument("--layers", type=int, default=None, help="layers (16; sim 4)")

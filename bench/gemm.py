@@ -41,7 +41,7 @@ from collections.abc import Callable
 import numpy as np
 
 import vram
-from _common import add_output_arguments, device_name, write_results
+from _common import add_output_arguments, description_of, device_name, write_results
 
 SQUARES = (1024, 4096, 8192)
 LLM_M = (1, 16, 128, 1024, 4096)
@@ -527,7 +527,7 @@ def _setup(device: vram.Device) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description_of(__doc__))
     parser.add_argument("--device", default=None, help="cuda:N or sim:N (default: the default)")
     add_output_arguments(parser)
     options = parser.parse_args(argv)

@@ -35,7 +35,7 @@ from collections.abc import Callable
 import numpy as np
 
 import vram
-from _common import add_output_arguments, write_results
+from _common import add_output_arguments, description_of, write_results
 
 CHAIN = 100  # kernels per step of the chain case
 CHAIN_NUMEL = 4096
@@ -277,7 +277,7 @@ def summary(rows: list[dict]) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description_of(__doc__))
     parser.add_argument("--device", default=None, help="cuda:0 (default where a GPU is) or sim:0")
     parser.add_argument("--steps", type=int, default=200, help="steps per wall-time sample")
     parser.add_argument("--reps", type=int, default=50, help="host-time samples per row")

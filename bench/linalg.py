@@ -65,7 +65,7 @@ from pathlib import Path
 import numpy as np
 
 import vram
-from _common import add_output_arguments, device_name, write_results
+from _common import add_output_arguments, description_of, device_name, write_results
 from vram.linalg import _blocked, _dispatch
 
 LU_SIZES = (
@@ -605,7 +605,7 @@ def profile(device: vram.Device) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description_of(__doc__))
     parser.add_argument("--device", default=None, help="cuda:N or sim:N (default: the default)")
     parser.add_argument("--mallocs", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 import numpy as np
 
 import vram
-from _common import device_from_arguments, device_name, write_results
+from _common import description_of, device_from_arguments, device_name, write_results
 from vram.linalg import _blocked, _dispatch, _lu, _replay
 
 SIZES = (  # (n, batch, dtype)
@@ -127,7 +127,7 @@ def row(device: vram.Device, n: int, batch: int, dtype: str, torch) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description_of(__doc__))
     options, device = device_from_arguments(parser, argv)
     torch = None
     if device.type == "cuda":

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 import vram
-from _common import write_results
+from _common import description_of, write_results
 from vram.ops import _multi_tensor
 
 GB = 1e9
@@ -287,7 +287,7 @@ def torch_copy(torch, index: int, nbytes: int, steps: int) -> dict:
 
 # ================================================================== main
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description_of(__doc__))
     parser.add_argument("--device", default=str(vram.default_device()))
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)

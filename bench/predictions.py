@@ -18,9 +18,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from _common import add_output_arguments, write_results
+from _common import add_output_arguments, description_of, write_results
 from _traces import read_trace, summarize, trace_files
-from vram.tools._output import progress
+from vram.tools.output import progress
 from vram.tools.replay import replay
 
 TRACES = Path(__file__).resolve().parents[1] / "tests" / "data" / "traces"
@@ -101,16 +101,15 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description_of(__doc__))
     parser.add_argument("--traces", type=Path, default=TRACES, help="folder of trace pickles")
     add_output_arguments(parser)
     options = parser.parse_args(argv)
     found = pairs(options.traces)
     if not found:
-        print(
-            f"no <workload>-default traces with other settings in {options.traces}", file=sys.stderr
+        parser.error(
+            f"--traces: no <workload>-default traces with other settings in {options.traces}"
         )
-        return 2
     rows = run(found)
     paths = write_results("predictions", "sim:0", rows, options.out, options.save)
     print("predictions: the default trace replayed under each setting, vs PyTorch's recording")

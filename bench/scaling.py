@@ -25,7 +25,7 @@ if "--vram-src" in sys.argv:  # before vram is imported: run another tree's vram
     sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--vram-src") + 1]).resolve()))
 
 import vram  # noqa: E402
-from _common import add_output_arguments, device_name, write_results  # noqa: E402
+from _common import add_output_arguments, description_of, device_name, write_results  # noqa: E402
 
 SMALL, PASSING = 512, 1024  # bytes: the size that fits, the size that passes them all
 Api = tuple[Callable[[int], int], Callable[[int], None]]
@@ -75,7 +75,7 @@ def _apis(device: vram.Device, only_vram: bool) -> dict[str, Api]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description_of(__doc__))
     parser.add_argument("--device", default=None, help="cuda:N or sim:N (default: the default)")
     parser.add_argument("--counts", default="10,100,1000,10000,100000", help="free blocks N")
     parser.add_argument("--rounds", type=int, default=5000, help="patterns per timed run")

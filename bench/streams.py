@@ -35,7 +35,7 @@ from collections.abc import Callable
 import numpy as np
 
 import vram
-from _common import add_output_arguments, device_name, write_results
+from _common import add_output_arguments, description_of, device_name, write_results
 from vram.memory import caching_allocator_alloc as vram_alloc
 from vram.memory import caching_allocator_delete as vram_free
 
@@ -338,7 +338,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description_of(__doc__))
     parser.add_argument("--device", default=None, help="cuda:N or sim:N (default: the default)")
     parser.add_argument("--iters", type=int, default=None, help="timed iterations (200; sim 10)")
     add_output_arguments(parser)

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import vram
-from _common import device_name, write_results
+from _common import description_of, device_name, write_results
 
 MiB = 1 << 20
 GPT2 = {"layers": 12, "hidden": 768, "heads": 12, "seq": 512, "batch": 8, "vocab": 50257}
@@ -214,7 +214,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description_of(__doc__))
     parser.add_argument("--device", default=None, help="cuda:0 or sim:0 (default: the default)")
     parser.add_argument("--steps", type=int, default=20, help="timed training steps")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")

@@ -39,7 +39,7 @@ if "--vram-src" in sys.argv:  # before vram is imported: run another tree's vram
 import json  # noqa: E402
 
 import vram  # noqa: E402
-from _common import add_output_arguments, device_name, write_results  # noqa: E402
+from _common import add_output_arguments, description_of, device_name, write_results  # noqa: E402
 from _floor import FloorPool  # noqa: E402
 from _traces import trace_files  # noqa: E402
 
@@ -134,7 +134,7 @@ def time_per_request(run: Runner, ops: list[Request]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description_of(__doc__))
     parser.add_argument("--device", default=None, help="cuda:N or sim:N (default: the default)")
     parser.add_argument("--traces", default=str(TRACES), help="folder of trace files")
     parser.add_argument("--repeats", type=int, default=7, help="timed rounds")
@@ -155,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         paths = trace_files(options.traces)
         if not paths:
-            print(f"no traces in {options.traces}", file=sys.stderr)
-            return 2
+            parser.error(f"--traces: no traces in {options.traces}")
         traces = {p.name.split(".")[0]: sequence(p) for p in paths}
     if options.dump_sequences:
         Path(options.dump_sequences).write_text(json.dumps(traces))

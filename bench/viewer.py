@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import add_output_arguments, write_results
+from _common import add_output_arguments, description_of, write_results
 from _traces import read_trace
 from doctor import _repeated
 from vram.tools.viz import write_html
@@ -60,7 +60,7 @@ def open_page(browser: str, page: Path, profile: Path) -> tuple[dict[str, str], 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description_of(__doc__))
     parser.add_argument("--events", type=int, default=1_000_000, help="trace events")
     parser.add_argument("--trace", default="gpt_train-default", help="the bundled trace")
     parser.add_argument("--rounds", type=int, default=3, help="browser runs (best is kept)")
@@ -68,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     browser = _chromium()
     if browser is None:
-        print("no chromium on PATH: the viewer cannot be timed here", file=sys.stderr)
-        return 2
+        parser.error("no chromium on PATH: the viewer cannot be timed here")
     snapshot = _repeated(read_trace(TRACES / f"{options.trace}.pickle.xz"), options.events)
     events = len(snapshot["device_traces"][0])
     with tempfile.TemporaryDirectory() as folder:

@@ -48,6 +48,13 @@ def sim0():
         yield device
 
 
+def pytest_itemcollected(item):
+    """``pytest -m quick``: a quick subset of every package (tests/_quick_run.py)."""
+    from _quick_run import mark
+
+    mark(item)
+
+
 def pytest_collection_modifyitems(config, items):
     if cuda_usable():
         return

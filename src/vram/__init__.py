@@ -208,3 +208,13 @@ from .ops._shapes import (
 from .ops._softmax import log_softmax, softmax
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    """``vram.tools`` (the memory doctor, the viewer, replay) is imported on first use, not
+    with vram: running GPU work does not need it."""
+    if name == "tools":
+        import importlib
+
+        return importlib.import_module(".tools", __name__)
+    raise AttributeError(f"module 'vram' has no attribute {name!r}")

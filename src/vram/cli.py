@@ -4,55 +4,45 @@
     vram demo [--device sim:0]         a producer/consumer pipeline on two streams, step by step
     vram viz SNAPSHOT -o out.html [--png out.png]    the memory viewer for a snapshot
     vram viz A --diff B -o out.html    what grew and shrank from A to B
-    vram replay|trace|stats|explain ARGS...   the tools in vram.tools, given ARGS as they are
+    vram replay TRACE [--config STR ...] [--suggest]  a trace replayed under other settings
+    vram trace -o OUT -- python script.py ARGS       a program run with allocation history on
+    vram stats SNAPSHOT [--diff OTHER]               what a snapshot holds, and its peaks
+    vram explain SNAPSHOT [--capacity 8GiB]          why an OOM happened; would a run fit
     vram bench NAME ARGS...            bench/NAME.py of a source checkout, given ARGS
 
-The tools are imported only when their subcommand runs, so ``vram info`` stays quick and a
-tool that is missing (or needs a package that is not installed) fails alone, with exit
-status 2.
+Every subcommand's arguments are parsed here, one parser each; the work is done by the
+functions of ``vram.tools`` (imported when their subcommand runs, so ``vram info`` stays
+quick). Bad input is one line on stderr, ``vram COMMAND: error: ...``, with exit status 2.
+Commands that can take long show a progress bar on stderr when it is a terminal, once they
+have run 2 s (``-q``/``--quiet``: never).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
 import importlib.util
+import json
 import os
 import platform
 import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
-import numpy as np
-from rich import box
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__, memory, sim
+from . import __version__, memory
 from ._device import Device, as_device, default_device, device_count, get_device_properties
 from ._device import mem_get_info as _mem_get_info
-from ._dtypes import float32
 from ._errors import CudaError
-from ._factories import empty
-from ._streams import Event, Stream
-from ._tensor import Tensor
-from ._units import format_bytes, format_size
+from ._units import format_size, parse_bytes
 from .driver import cuda_usable
 
 __all__ = ["main"]
 
-# subcommand -> (module, function, help); the function takes argv and returns an exit status
-_TOOLS: dict[str, tuple[str, str, str]] = {
-    "replay": ("vram.tools.replay", "main_replay", "replay a snapshot's trace under settings"),
-    "trace": ("vram.tools.trace", "main_trace", "run a script with allocation history on"),
-    "stats": ("vram.tools.trace", "main_stats", "memory_summary of a device or a snapshot"),
-    "explain": ("vram.tools.explain", "main_explain", "why an OOM happened, from a snapshot"),
-}
 _ENV_VARS = (
     "VRAM_DEVICE",
     "VRAM_ALLOC_CONF",
@@ -64,8 +54,16 @@ _ENV_VARS = (
 )
 _PACKAGES = ("numpy", "ml_dtypes", "cuda-bindings", "cuda-core", "rich")
 _BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"  # present in a source checkout
+_NOT_BENCHMARKS = ("report", "record_traces")  # scripts of bench/ that are not benchmarks
 _WIDE = 120  # columns of output that is not a terminal
-_EXIT_USAGE = 2  # argparse's status for bad usage; also a tool that cannot be loaded
+_EXIT_USAGE = 2  # argparse's status for bad usage; also bad input of any kind
+_PYTHONS = ("python", "python3")
+_TRACE_NOTE = (
+    "vram trace records vram's allocator: the memory the program takes through vram "
+    "(vram.empty, vram.memory, PyTorch with vram as its allocator). To record PyTorch's own "
+    "allocator, call torch.cuda.memory._record_memory_history() early in the program and "
+    "torch.cuda.memory._dump_snapshot(PATH) at its end; vram's tools read that snapshot."
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,10 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted", command)
         return 130
-    except (ValueError, OSError, CudaError, LookupError) as exc:
+    except (ValueError, OSError, CudaError, LookupError, SyntaxError, ImportError) as exc:
         if os.environ.get("VRAM_TRACEBACK"):
             raise
-        from .tools._output import describe_error
+        from .tools.output import describe_error
 
         _error(describe_error(exc), command)
         return _EXIT_USAGE
@@ -99,13 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args: list[str]) -> int:
-    if args and args[0] in _TOOLS:
-        return _run_tool(args[0], args[1:])
-    if args and args[0] == "bench":
-        return _run_bench(args[1:])
     parser = _parser()
     try:
-        options = parser.parse_args(args)
+        options, extra = parser.parse_known_args(args)
+        if extra:  # said by the subcommand's parser, which names the subcommand
+            getattr(options, "parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # --help or bad usage: argparse has printed why
         return exc.code if isinstance(exc.code, int) else _EXIT_USAGE
     if options.command is None:
@@ -121,6 +117,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"vram {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    quiet = argparse.ArgumentParser(add_help=False)
+    quiet.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress bar (one is shown on a terminal once the work has taken 2 s)",
+    )
 
     info = commands.add_parser("info", help="versions, devices and allocator configuration")
     info.set_defaults(run=_info)
@@ -130,91 +133,88 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--batches", type=int, default=3, help="batches to pipeline (default 3)")
     demo.set_defaults(run=_demo)
 
-    viz = commands.add_parser("viz", help="draw a memory snapshot as an HTML page (and PNG)")
+    viz = commands.add_parser(
+        "viz", parents=[quiet], help="draw a memory snapshot as an HTML page (and PNG)"
+    )
     viz.add_argument("snapshot", help="a snapshot pickle (PyTorch's or vram's format)")
     viz.add_argument("-o", "--out", required=True, help="the HTML file to write")
-    viz.add_argument("--png", help="also draw the timeline to this PNG file")
+    viz.add_argument(
+        "--png", help='also draw the timeline to this PNG file (needs pip install -e ".[plot]")'
+    )
     viz.add_argument("--device", type=int, default=0, help="device index in the snapshot")
     viz.add_argument(
         "--diff", metavar="OTHER", help="draw what changed from SNAPSHOT to OTHER instead"
     )
     viz.set_defaults(run=_viz)
 
-    for name, (_, _, text) in _TOOLS.items():
-        commands.add_parser(name, help=f"{text} (see vram {name} --help)", add_help=False)
-    commands.add_parser("bench", help="run bench/NAME.py (see vram bench)", add_help=False)
+    _replay_parser(commands, quiet)
+    _trace_parser(commands, quiet)
+
+    stats = commands.add_parser(
+        "stats",
+        help="what a snapshot holds, and its peaks",
+        description="What a snapshot holds at its end, per device, and the peaks of reserved, "
+        "allocated and active memory over its trace, with the event at which each was reached.",
+    )
+    stats.add_argument("snapshot", nargs="?", help="a snapshot pickle (PyTorch's or vram's)")
+    stats.add_argument(
+        "--device", default=None, help="the device, as N or cuda:N (default: all of them)"
+    )
+    stats.add_argument(
+        "--abbreviated",
+        action="store_true",
+        help="the short table: segments, reserved, allocated, active, events",
+    )
+    stats.add_argument(
+        "--diff",
+        metavar="OTHER",
+        help="compare SNAPSHOT with OTHER: what grew and shrank, per stack frame and segment",
+    )
+    stats.set_defaults(run=_stats)
+
+    explain = commands.add_parser(
+        "explain",
+        parents=[quiet],
+        help="why an OOM happened; would a run fit in N GiB",
+        description="Why memory ran out: the OOM report of a saved snapshot and the allocator "
+        "setting that would have avoided it (found by replaying its history). With "
+        "--capacity: would the recorded run fit in that much memory, and under which setting.",
+    )
+    explain.add_argument("snapshot", help="a snapshot pickle (VRAM_OOM_SNAPSHOT's, PyTorch's)")
+    explain.add_argument("--device", type=int, default=None, help="the device index")
+    explain.add_argument(
+        "--capacity",
+        metavar="BYTES",
+        help="the device's memory, e.g. 8GiB: would the run fit in it, with which setting",
+    )
+    explain.add_argument(
+        "--no-replay", action="store_true", help="the report alone, without replaying history"
+    )
+    explain.add_argument("--jobs", type=int, default=None, help="replay processes")
+    explain.add_argument("--json", action="store_true", help="print the report as JSON")
+    explain.set_defaults(run=_explain)
+
+    bench = commands.add_parser(
+        "bench",
+        parents=[quiet],
+        help="run bench/NAME.py of a source checkout",
+        usage="vram bench [-h] [-q] NAME [ARGS...]",
+        description="Run a benchmark of this checkout's bench/ folder, given ARGS "
+        "(vram bench NAME --help shows its own).",
+        epilog=f"benchmarks in {_BENCH_DIR}: {', '.join(_benchmarks()) or 'none found'}",
+    )
+    bench.add_argument("name", nargs="?", metavar="NAME", help="the benchmark")
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    bench.set_defaults(run=_bench)
+    for command in commands.choices.values():
+        command.set_defaults(parser=command)
     return parser
 
 
-# ====================================================================== tools, forwarded
-def _load(module: str, function: str) -> Callable[[list[str]], int] | None:
-    """Import ``module`` and return its ``function``; None (with a message) if unavailable."""
-    try:
-        found = getattr(importlib.import_module(module), function, None)
-    except ImportError as exc:
-        _error(f"{module} cannot be imported: {exc}")
-        return None
-    if found is None:
-        _error(f"{module} has no {function}(); this build of vram lacks that tool")
-    return found
-
-
-def _run_tool(name: str, argv: list[str]) -> int:
-    module, function, _ = _TOOLS[name]
-    tool = _load(module, function)
-    return _EXIT_USAGE if tool is None else int(tool(argv) or 0)
-
-
-def _run_bench(argv: list[str]) -> int:
-    """``vram bench NAME ARGS``: run ``main(ARGS)`` of bench/NAME.py in a source checkout."""
-    scripts = _BENCH_DIR.glob("[!_]*.py")
-    available = sorted(p.stem for p in scripts if p.stem not in ("report", "record_traces"))
-    if not argv or argv[0] in ("-h", "--help"):
-        listed = ", ".join(available) or "none found"
-        print(f"usage: vram bench NAME [ARGS...]\nbenchmarks in {_BENCH_DIR}: {listed}")
-        return 0 if argv else _EXIT_USAGE
-    name, rest = argv[0], argv[1:]
-    path = _BENCH_DIR / f"{name}.py"
-    if not path.is_file():
-        _error(f"no benchmark {name!r} in {_BENCH_DIR} (benchmarks run from a source checkout)")
-        return _EXIT_USAGE
-    sys.path.insert(0, str(_BENCH_DIR))  # the benchmarks import their _common helpers
-    saved_argv0 = sys.argv[0] if sys.argv else ""
-    try:
-        spec = importlib.util.spec_from_file_location(f"vram_bench_{name}", path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-        if sys.argv:
-            sys.argv[0] = f"vram bench {name}"  # argparse's usage line names the command
-        try:
-            return int(module.main(rest) or 0)
-        except SystemExit as exc:  # argparse: --help, or bad usage (already printed)
-            return exc.code if isinstance(exc.code, int) else _EXIT_USAGE
-    finally:
-        if sys.argv:
-            sys.argv[0] = saved_argv0
-        sys.path.remove(str(_BENCH_DIR))
-
-
-def _viz(options: argparse.Namespace) -> int:
-    viz = importlib.import_module("vram.tools.viz")
-    output = importlib.import_module("vram.tools._output")
-    out = output.check_output_path(options.out, "-o/--out")  # before the long work
-    if options.diff is not None:
-        if options.png is not None:
-            raise ValueError("--png: a diff is drawn as a page only (leave out --png)")
-        diff = importlib.import_module("vram.tools.diff")
-        result = diff.snapshot_diff(options.snapshot, options.diff, options.device)
-        print(f"wrote {diff.write_diff_html(result, out)}")
-        return 0
-    png = None if options.png is None else output.check_output_path(options.png, "--png")
-    snapshot = viz.load_snapshot(options.snapshot)
-    viz.check_device(snapshot, options.device)
-    title = Path(options.snapshot).name
-    print(f"wrote {viz.write_html(snapshot, out, device=options.device, title=title)}")
-    if png is not None:
-        print(f"wrote {viz.write_png(snapshot, png, device=options.device, title=title)}")
-    return 0
+def _error(message: str, command: str | None = None) -> None:
+    """Print ``vram [COMMAND]: error: MESSAGE`` to stderr as one line."""
+    prefix = f"vram {command}" if command else "vram"
+    print(f"{prefix}: error: {' '.join(message.split())}", file=sys.stderr)
 
 
 def _console() -> Console:
@@ -226,10 +226,376 @@ def _console() -> Console:
     return Console(width=max(console.width, _WIDE))
 
 
-def _error(message: str, command: str | None = None) -> None:
-    """Print ``vram [COMMAND]: error: MESSAGE`` to stderr as one line."""
-    prefix = f"vram {command}" if command else "vram"
-    print(f"{prefix}: error: {' '.join(message.split())}", file=sys.stderr)
+def _print(lines: list[str]) -> None:
+    """Plain lines to stdout, as they are (the tools' text is already 80 columns wide)."""
+    print("\n".join(lines))
+
+
+def _progress(options: argparse.Namespace, description: str, total: int = 1) -> Any:
+    """The progress bar of a long command (``vram.tools.output.progress``): none with
+    ``--quiet``."""
+    from .tools.output import progress
+
+    return progress(description, total, enabled=not options.quiet)
+
+
+def _bytes(text: str | None, argument: str) -> int | None:
+    return None if text is None else parse_bytes(text, argument)
+
+
+# ====================================================================== vram viz
+def _viz(options: argparse.Namespace) -> int:
+    from .tools import viz
+    from .tools.output import check_output_path
+
+    out = check_output_path(options.out, "-o/--out")  # before the long work
+    if options.diff is not None:
+        if options.png is not None:
+            raise ValueError("--png: a diff is drawn as a page only (leave out --png)")
+        from .tools.diff import snapshot_diff, write_diff_html
+
+        with _progress(options, "comparing snapshots"):
+            result = snapshot_diff(options.snapshot, options.diff, options.device)
+            written = write_diff_html(result, out)
+        print(f"wrote {written}")
+        return 0
+    png = None
+    if options.png is not None:
+        viz.check_png("--png")  # before anything is written
+        png = check_output_path(options.png, "--png")
+    title = Path(options.snapshot).name
+    written = []
+    try:
+        with _progress(options, f"drawing {title}", 2 if png else 1) as advance:
+            snapshot = viz.load_snapshot(options.snapshot)
+            viz.check_device(snapshot, options.device)
+            written.append(viz.write_html(snapshot, out, device=options.device, title=title))
+            advance(1)
+            if png is not None:
+                written.append(viz.write_png(snapshot, png, device=options.device, title=title))
+    finally:  # what was written is said, also when a later step fails
+        for path in written:
+            print(f"wrote {path}")
+    return 0
+
+
+# ====================================================================== vram replay
+def _replay_parser(commands, quiet: argparse.ArgumentParser) -> None:
+    replay = commands.add_parser(
+        "replay",
+        parents=[quiet],
+        help="replay a snapshot's trace under other settings; --suggest searches them",
+        description="Replay a PyTorch or vram memory trace through vram's allocator, under the "
+        "settings it was recorded with and others; --suggest searches the settings that "
+        "matter and ranks them.",
+    )
+    replay.add_argument("trace", help="a snapshot pickle with a device trace")
+    replay.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="STR",
+        help="settings applied to the recorded ones (repeatable): a key replaces the recorded "
+        "value or is added; a default by name drops it (max_split_size_mb:-1, "
+        "expandable_segments:False, garbage_collection_threshold:0)",
+    )
+    replay.add_argument("--capacity", metavar="BYTES", help="device memory, e.g. 40GiB")
+    replay.add_argument("--device", type=int, default=None, help="the trace's device index")
+    replay.add_argument(
+        "--record-use", action="store_true", help="replay pending frees with record_use"
+    )
+    replay.add_argument("--json", action="store_true", help="print the results as JSON")
+    replay.add_argument("--html", metavar="OUT", help="write the timelines to an HTML file")
+    replay.add_argument(
+        "--suggest",
+        action="store_true",
+        help="search the settings that matter and rank them by peak reserved",
+    )
+    replay.add_argument(
+        "--jobs", type=int, default=None, help="--suggest: worker processes (default: CPUs)"
+    )
+    replay.add_argument(
+        "--all", action="store_true", help="--suggest: every row (default: the best ones)"
+    )
+    replay.set_defaults(run=_replay)
+
+
+def _replay(options: argparse.Namespace) -> int:
+    from .tools.output import check_output_path
+
+    capacity = _bytes(options.capacity, "--capacity")
+    name = Path(options.trace).name
+    if options.suggest:
+        if options.config or options.html or options.record_use:
+            raise ValueError(
+                "--suggest chooses the settings itself; it takes no --config, --record-use "
+                "or --html"
+            )
+        from .tools.suggest import suggest_settings
+        from .tools.suggest_report import suggest_lines
+
+        with _progress(options, f"searching settings for {name}") as advance:
+            result = suggest_settings(
+                options.trace, capacity, options.jobs, options.device, advance
+            )
+        if options.json:
+            print(json.dumps(result.as_dict(), indent=2))
+        else:
+            _print(suggest_lines(result, options.all))
+        return 0
+    if options.all or options.jobs is not None:
+        raise ValueError("--all and --jobs go with --suggest")
+    from .tools.replay import replay_runs, report_lines, write_html
+
+    html_out = None if options.html is None else check_output_path(options.html, "--html")
+    configs = [""] + [c for c in options.config if c != ""]
+    with _progress(options, f"replaying {name}") as advance:
+        runs = replay_runs(
+            options.trace,
+            configs,
+            capacity,
+            options.record_use,
+            options.device,
+            html_out is not None,
+            advance,
+        )
+    rows = [run.row for run in runs]
+    if options.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        _print(report_lines(rows, f"replay of {options.trace}"))
+    if html_out is not None:
+        write_html(runs, html_out, f"vram replay: {name}")
+    return 0
+
+
+# ====================================================================== vram trace
+def _trace_parser(commands, quiet: argparse.ArgumentParser) -> None:
+    trace = commands.add_parser(
+        "trace",
+        parents=[quiet],
+        help="run a Python program with allocation history on; write its snapshot",
+        usage="vram trace [-h] [-o OUT] [--device DEV] [--max-entries N] "
+        "[--context {none,state,alloc,all}] [-q] -- python script.py [ARGS...]",
+        description="Run a Python program (python script.py, python -m module, python -c "
+        "CODE) in this process with vram's allocation history on, and write its snapshot "
+        "when it ends, also when it fails.",
+        epilog=_TRACE_NOTE,
+    )
+    trace.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT",
+        default="vram_snapshot.pickle",
+        help="the snapshot to write (default: vram_snapshot.pickle)",
+    )
+    trace.add_argument(
+        "--device", default=None, help="the device whose type to record (default: current)"
+    )
+    trace.add_argument(
+        "--max-entries",
+        metavar="N",
+        type=int,
+        default=sys.maxsize,
+        help="events the trace keeps, the latest (default: all)",
+    )
+    trace.add_argument(
+        "--context",
+        default="all",
+        choices=("none", "state", "alloc", "all"),
+        help="which events keep their stack frames (default: all)",
+    )
+    trace.add_argument(
+        "program",
+        nargs=argparse.REMAINDER,
+        help="after --: python script.py ARGS, python -m module ARGS or python -c CODE ARGS",
+    )
+    trace.set_defaults(run=_trace)
+
+
+def _program(command: list[str]) -> tuple[str, list[str], str]:
+    """(target, argv, kind) from ``python script.py ...``, ``script.py ...``, ``-m mod ...``
+    or ``-c CODE ...``; kind is "path", "module" or "code"."""
+    if command and command[0] == "--":
+        command = command[1:]
+    if command and (
+        os.path.basename(command[0]).startswith(_PYTHONS) or command[0] == sys.executable
+    ):
+        command = command[1:]
+    if not command:
+        raise ValueError("give the program to run after --, e.g. vram trace -- python train.py")
+    if command[0] in ("-m", "-c"):
+        if len(command) < 2:
+            raise ValueError(
+                f"{command[0]} needs {'a module name' if command[0] == '-m' else 'code'}"
+            )
+        if command[0] == "-m":
+            return command[1], command[1:], "module"
+        return command[1], ["-c", *command[2:]], "code"
+    return command[0], command, "path"
+
+
+def _trace(options: argparse.Namespace) -> int:
+    from .tools.output import check_output_path
+    from .tools.trace import trace_program
+
+    target, argv, kind = _program(options.program)
+    if kind == "path" and not Path(target).is_file():
+        raise ValueError(f"{target}: no such file")
+    if kind == "code":
+        compile(target, "<string>", "exec")  # a syntax error is reported before the run
+    if options.max_entries < 1:
+        raise ValueError(f"--max-entries: must be at least 1, got {options.max_entries}")
+    check_output_path(options.output, "-o/--output")
+    device = as_device(options.device, "--device")
+    if device.type == "cpu":
+        raise ValueError("--device: the cpu device has no caching allocator")
+    context = None if options.context == "none" else options.context
+    status = trace_program(target, argv, kind, options.output, device, options.max_entries, context)
+    print(f"vram trace: wrote {options.output}", file=sys.stderr)
+    return status
+
+
+# ====================================================================== vram stats
+def _stats(options: argparse.Namespace) -> int:
+    from .tools.output import console, fitted
+
+    if options.snapshot is None and options.diff is not None:
+        raise ValueError("--diff: give the snapshot to compare with first: A --diff B")
+    if options.snapshot is None:
+        raise ValueError(
+            "give a snapshot file: vram stats SNAPSHOT. vram trace -o FILE -- python "
+            "script.py records one of vram's allocator; PyTorch's "
+            "torch.cuda.memory._dump_snapshot(FILE) one of PyTorch's"
+        )
+    out = console()
+    if options.diff is not None:
+        from .tools.diff import diff_tables, snapshot_diff
+
+        device = 0 if options.device is None else _device_index(options.device)
+        for table in diff_tables(snapshot_diff(options.snapshot, options.diff, device)):
+            out.print(fitted(table, out.width) if isinstance(table, Table) else table)
+        return 0
+    from .tools import load_snapshot
+    from .tools.trace import one_device, peak_table, peaks, snapshot_table
+
+    snapshot = load_snapshot(options.snapshot)
+    if options.device is not None:
+        snapshot = one_device(snapshot, options.device)
+    table = snapshot_table(snapshot, f"snapshot {options.snapshot}", options.abbreviated)
+    out.print(fitted(table, out.width))
+    found = peaks(snapshot)
+    if found:
+        out.print(fitted(peak_table(found, "peaks over the trace"), out.width))
+    else:
+        out.print("peaks: the snapshot has no trace (only its end state)")
+    return 0
+
+
+def _device_index(text: str) -> int:
+    index = text.rpartition(":")[2]
+    if not index.isdecimal():
+        raise ValueError(f"--device: expected a device index, got {text!r}")
+    return int(index)
+
+
+# ====================================================================== vram explain
+def _explain(options: argparse.Namespace) -> int:
+    from .tools.explain import (
+        explain_lines,
+        find_setting,
+        fit_verdict,
+        has_oom,
+        report_from_snapshot,
+    )
+    from .tools.suggest import suggest_settings
+
+    capacity = _bytes(options.capacity, "--capacity")
+    report = report_from_snapshot(options.snapshot, options.device)
+    if options.device is not None and not report.reserved and report.history is None:
+        raise ValueError(f"--device: the snapshot holds nothing for device {options.device}")
+    oom = has_oom(options.snapshot, options.device)
+    result = fit = fit_result = None
+    name = Path(options.snapshot).name
+    if not options.no_replay:
+        with _progress(options, f"replaying {name}") as advance:
+            if oom and report.request is not None:
+                result = find_setting(report, capacity, options.jobs, options.device, advance)
+            elif capacity is not None and report.history is not None:
+                fit_result = suggest_settings(
+                    report.history, capacity, options.jobs, options.device, advance
+                )
+                fit = fit_verdict(fit_result)
+    if capacity is not None and fit is None and not oom and report.history is None:
+        fit = [f"would the run fit in {options.capacity}: the snapshot has no trace to replay"]
+    if options.json:
+        out = report.as_dict()
+        out["oom"] = oom
+        out["search"] = None if result is None else result.as_dict()
+        out["fits"] = None if fit_result is None else fit_result.as_dict()
+        out["fit_verdict"] = fit
+        print(json.dumps(out, indent=2))
+        return 0
+    _print(explain_lines(report, oom, fit))
+    return 0
+
+
+# ====================================================================== vram bench
+def _benchmarks() -> list[str]:
+    scripts = _BENCH_DIR.glob("[!_]*.py")
+    return sorted(p.stem for p in scripts if p.stem not in _NOT_BENCHMARKS)
+
+
+def _bench(options: argparse.Namespace) -> int:
+    """``vram bench NAME ARGS``: run ``main(ARGS)`` of bench/NAME.py in a source checkout."""
+    from .tools.output import quiet
+
+    if options.name is None:
+        listed = ", ".join(_benchmarks()) or "none found"
+        raise ValueError(f"give a benchmark: vram bench NAME [ARGS...]; in {_BENCH_DIR}: {listed}")
+    name, rest = options.name, options.args
+    path = _BENCH_DIR / f"{name}.py"
+    if not path.is_file() or name in _NOT_BENCHMARKS or name.startswith("_"):
+        raise ValueError(
+            f"no benchmark {name!r} in {_BENCH_DIR} (benchmarks run from a source checkout)"
+        )
+    sys.path.insert(0, str(_BENCH_DIR))  # the benchmarks import their _common helpers
+    saved_argv0 = sys.argv[0] if sys.argv else ""
+    try:
+        spec = importlib.util.spec_from_file_location(f"vram_bench_{name}", path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        if sys.argv:
+            sys.argv[0] = f"vram bench {name}"  # argparse's usage line names the command
+        try:
+            if options.quiet:
+                with quiet():
+                    return int(module.main(rest) or 0)
+            return int(module.main(rest) or 0)
+        except SystemExit as exc:  # argparse: --help, or bad usage (already printed)
+            if isinstance(exc.code, str):
+                _error(exc.code, "bench")
+            return exc.code if isinstance(exc.code, int) else _EXIT_USAGE
+    finally:
+        if sys.argv:
+            sys.argv[0] = saved_argv0
+        sys.path.remove(str(_BENCH_DIR))
+
+
+# ====================================================================== vram demo
+def _demo(options: argparse.Namespace) -> int:
+    from ._demo import run_demo
+
+    if options.batches < 1:
+        raise ValueError(f"--batches must be at least 1, got {options.batches}")
+    named = (options.device or "").strip()
+    if named.startswith("cuda") and not cuda_usable():
+        raise ValueError(f"--device {named}: no CUDA GPU is usable here (sim:0 is the simulator)")
+    device = default_device() if options.device is None else as_device(options.device, "--device")
+    if device.type == "cpu":
+        raise ValueError("--device: the demo needs a cuda or sim device")
+    memory.get_allocator_settings(device)  # a bad VRAM_ALLOC_CONF fails here, before any output
+    return 0 if run_demo(device, options.batches, _console()) else 1
 
 
 # ====================================================================== vram info
@@ -273,7 +639,7 @@ def _info(options: argparse.Namespace) -> int:
     """Versions, devices, the allocator configuration and the environment. A bad setting
     (VRAM_DEVICE, VRAM_SIM_*, VRAM_ALLOC_CONF) is shown where it belongs and named on
     stderr, one line each, with exit status 2; everything else is still listed."""
-    from .tools._output import describe_error, fitted
+    from .tools.output import describe_error, fitted
 
     console = _console()
     problems: list[str] = []
@@ -343,191 +709,3 @@ def _info(options: argparse.Namespace) -> int:
             told.add(what)
             _error(problem, "info")
     return _EXIT_USAGE if problems else 0
-
-
-# ====================================================================== vram demo
-_BATCH = 2 << 20  # bytes per batch: a large-pool request, carved from one 20 MiB segment
-_PAUSE = 0.05  # seconds between steps on a terminal, so that the steps can be followed
-
-
-class _Pipeline:
-    """Two streams of one device, a log of the work queued on them, and a table of steps.
-
-    Each queued operation is followed by an event, so what has completed is read the same
-    way on a GPU and on the simulator (where deferred mode holds the work until a sync).
-    """
-
-    def __init__(self, device: Device, console: Console) -> None:
-        self.device = device
-        self.console = console
-        self.streams = {"producer": Stream(device), "consumer": Stream(device)}
-        self.ops: list[tuple[str, Event]] = []
-        self.blocks: dict[int, str] = {}  # device pointer -> its name in the table
-        self.step = 0
-        self.table = Table()
-        self.live: Live | None = None
-
-    def empty(self, stream: str, *shape: int) -> Tensor:
-        """A float32 tensor allocated for use on ``stream``."""
-        with self.streams[stream]:
-            return empty(*shape, dtype=float32, device=self.device)
-
-    def name(self, tensor: Tensor) -> str:
-        """A short name for a tensor's block: A, B, C, ... in the order first seen."""
-        return self.blocks.setdefault(tensor.data_ptr(), chr(ord("A") + len(self.blocks) % 26))
-
-    def queue(self, stream: str, op: Callable[..., object], *args: object) -> Event:
-        """Queue ``op(*args)`` on ``stream``; return an event recorded just after it."""
-        with self.streams[stream] as s:
-            op(*args)
-            event = s.record_event()
-        self.ops.append((stream, event))
-        return event
-
-    @contextlib.contextmanager
-    def section(self, title: str) -> Iterator[None]:
-        """A table of steps, drawn live on a terminal and once at the end elsewhere."""
-        self.table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE)
-        self.table.add_column("#", justify="right", no_wrap=True)
-        self.table.add_column("what happened", overflow="fold")
-        for column in ("queued\nproducer", "queued\nconsumer", "ops\ndone"):
-            self.table.add_column(column, justify="right", no_wrap=True)
-        for column in ("allocated", "active", "reserved"):
-            self.table.add_column(column, justify="right", no_wrap=True)
-        if self.console.is_terminal:
-            with Live(self.table, console=self.console, auto_refresh=False) as self.live:
-                yield
-        else:
-            yield
-            self.console.print(self.table)
-
-    def show(self, what: str, style: str = "") -> None:
-        """Add a row: what was just done, the work still queued, the memory in use."""
-        self.step += 1
-        done = [event.query() for _, event in self.ops]
-        queued = {name: 0 for name in self.streams}
-        for (name, _), finished in zip(self.ops, done, strict=True):
-            queued[name] += not finished
-        stats = memory.memory_stats(self.device)
-        self.table.add_row(
-            str(self.step),
-            Text(what, style=style),
-            str(queued["producer"]),
-            str(queued["consumer"]),
-            f"{sum(done)}/{len(done)}",
-            format_bytes(stats["allocated_bytes.all.current"], 0),
-            format_bytes(stats["active_bytes.all.current"], 0),
-            format_bytes(stats["reserved_bytes.all.current"], 0),
-        )
-        if self.live is not None:
-            self.live.refresh()
-            time.sleep(_PAUSE)
-
-    def read(self, tensor: Tensor) -> np.ndarray:
-        """The tensor's values, copied out on the consumer stream. Synchronizes it."""
-        with self.streams["consumer"]:
-            return tensor.numpy()
-
-
-def _demo(options: argparse.Namespace) -> int:
-    if options.batches < 1:
-        raise ValueError(f"--batches must be at least 1, got {options.batches}")
-    named = (options.device or "").strip()
-    if named.startswith("cuda") and not cuda_usable():
-        raise ValueError(f"--device {named}: no CUDA GPU is usable here (sim:0 is the simulator)")
-    device = default_device() if options.device is None else as_device(options.device, "--device")
-    if device.type == "cpu":
-        raise ValueError("--device: the demo needs a cuda or sim device")
-    memory.get_allocator_settings(device)  # a bad VRAM_ALLOC_CONF fails here, before any output
-    console = _console()
-    held = device.type == "sim"
-    console.rule(f"[bold]vram demo on {device} ({get_device_properties(device).name})")
-    console.print(
-        "A producer stream fills batches; a consumer stream waits for each and copies it out.",
-        "Deferred mode: queued work is held until a stream is synchronized, so what is "
-        "queued and what has completed can be followed step by step."
-        if held
-        else "On a GPU the work completes about as fast as it is queued.",
-        "Columns: operations queued and not yet completed on each stream, operations done, "
-        "and the memory of the caching allocator (active = allocated + freed but still in use "
-        "by queued work).",
-        sep="\n",
-        highlight=False,
-    )
-    with sim.deferred() if held else contextlib.nullcontext():
-        pipe = _Pipeline(device, console)
-        ok = _pipeline(pipe, options.batches)
-        ok = _reuse(pipe) and ok
-    if ok:
-        console.print(Text("demo finished: every batch arrived intact", style="bold green"))
-    else:
-        console.print(Text("demo FAILED: a batch arrived damaged", style="bold red"))
-    return 0 if ok else 1
-
-
-def _pipeline(pipe: _Pipeline, batches: int) -> bool:
-    """Part 1: batches flow from producer to consumer; record_stream keeps each alive."""
-    n = _BATCH // float32.itemsize
-    producer, consumer = pipe.streams["producer"], pipe.streams["consumer"]
-    with pipe.section("1. pipeline: a block used on another stream is kept by record_stream"):
-        out = pipe.empty("consumer", batches, n)
-        pipe.show(f"consumer: alloc output {pipe.name(out)} ({format_bytes(out.nbytes, 0)})")
-        for b in range(batches):
-            batch = pipe.empty("producer", n)
-            name = pipe.name(batch)
-            pipe.show(f"producer: alloc batch {b} -> {name} ({format_bytes(batch.nbytes, 0)})")
-            filled = pipe.queue("producer", batch.fill_, b + 1)
-            pipe.show(f"producer: queue fill of {name} with {b + 1}s")
-            consumer.wait_event(filled)
-            pipe.queue("consumer", out[b].copy_, batch)
-            pipe.show(f"consumer: wait for the fill, queue copy of {name}")
-            batch.record_stream(consumer)
-            del batch
-            pipe.show(f"record_stream, free {name}: kept until the copy has run", "yellow")
-        producer.synchronize()
-        pipe.show("producer.synchronize(): every fill has run", "cyan")
-        consumer.synchronize()
-        pipe.show("consumer.synchronize(): every copy has run", "cyan")
-        again = pipe.empty("producer", n)
-        pipe.show(f"producer: alloc -> {pipe.name(again)} (free again), and free it", "green")
-        del again
-        host = pipe.read(out)
-    return all((host[b] == b + 1).all() for b in range(batches))
-
-
-def _reuse(pipe: _Pipeline) -> bool:
-    """Part 2: the next allocation after a cross-stream use, record_stream vs record_use."""
-    n = _BATCH // float32.itemsize
-    producer, consumer = pipe.streams["producer"], pipe.streams["consumer"]
-    ok = True
-    with pipe.section("2. the next allocation after a cross-stream use"):
-        out = pipe.empty("consumer", n)
-        for mode in ("record_stream", "record_use"):
-            first = pipe.empty("producer", n)
-            name, ptr = pipe.name(first), first.data_ptr()
-            filled = pipe.queue("producer", first.fill_, 7)
-            consumer.wait_event(filled)
-            pipe.queue("consumer", out.copy_, first)
-            getattr(first, mode)(consumer)
-            del first
-            pipe.show(f"{mode}: fill {name} with 7s, consumer copies {name}, free {name}")
-            second = pipe.empty("producer", n)
-            pipe.queue("producer", second.fill_, 9)
-            if second.data_ptr() == ptr:
-                what, style = (
-                    f"{mode}: alloc -> {name} at once; its fill waits for the copy",
-                    "green",
-                )
-            else:
-                what, style = (
-                    f"{mode}: alloc -> {pipe.name(second)}; {name} is kept for the copy",
-                    "yellow",
-                )
-            pipe.show(what, style)
-            producer.synchronize()
-            pipe.show(f"{mode}: producer.synchronize()", "cyan")
-            intact = bool((pipe.read(out) == 7).all())
-            pipe.show(f"{mode}: the consumer's copy holds 7s: {'yes' if intact else 'NO'}", "cyan")
-            del second
-            ok = ok and intact
-    return ok

@@ -5,6 +5,10 @@ with vram.sim.deferred():        # queued work is held ...
 vram.sim.inject_malloc_failure(nth=2)         # the 2nd device malloc from now fails
 vram.sim.inject_malloc_failure(above_bytes=1 << 30)
 vram.sim.clear_faults()
+with vram.sim.hold(side):        # work queued on `side` stays in flight until the block ends
+
+vram.sim.SimDriver(capacity=..., backed=False, addresses=...)   # a device of one's own that
+                                 # counts memory and backs none, placing it by one's policy
 """
 
 from __future__ import annotations
@@ -14,10 +18,13 @@ from contextlib import contextmanager
 
 from ._device import Device, as_device
 from .driver import get_driver
-from .driver._sim import SimDriver, check_capacity
+from .driver._sim import AddressSpace, SimDriver, check_capacity
 
 __all__ = [
+    "SimDriver",
+    "AddressSpace",
     "deferred",
+    "hold",
     "run",
     "inject_malloc_failure",
     "clear_faults",
@@ -49,6 +56,23 @@ def deferred() -> Iterator[None]:
             last = sim.deferred_depth == 0
         if last:
             sim.run()
+
+
+@contextmanager
+def hold(stream: object) -> Iterator[None]:
+    """Keep the work queued on a sim ``stream`` in flight while the block runs, as if it
+    ran long: it (and other streams' work waiting for it) runs when the block ends, or
+    earlier when the host synchronizes with it."""
+    handle = getattr(stream, "cuda_stream", stream)
+    if not isinstance(handle, int):
+        raise TypeError(f"stream: expected a vram.Stream of a sim device, got {stream!r}")
+    sim = driver()
+    sim.hold(handle)
+    try:
+        yield
+    finally:
+        if sim.stream_device(handle) is not None:
+            sim.release(handle)
 
 
 def run() -> None:

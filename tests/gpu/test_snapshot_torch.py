@@ -16,7 +16,7 @@ import pytest
 
 import vram
 from vram.memory._snapshot import _dump_snapshot, _record_memory_history
-from vram.tools.replay import load_snapshot, replay
+from vram.tools import load_snapshot, replay
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")

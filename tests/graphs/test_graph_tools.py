@@ -51,7 +51,7 @@ def test_snapshots_name_the_pool_of_each_segment(recorded):
 
 def test_the_viewer_colours_allocations_by_pool(recorded, tmp_path):
     snap, pool, (y, z) = recorded
-    view = viz._ViewData.build(snap, 0)
+    view = viz.ViewData.build(snap, 0)
     data = view.to_json()
     assert len(data["alloc"]["pool"]) == len(data["alloc"]["addr"])
     private = view.pools.index(",".join(map(str, pool)))

@@ -8,10 +8,11 @@ import pickle
 import pytest
 
 import vram
+from vram import cli
 from vram.memory import MemoryReport, memory_report
 from vram.memory._oom_report import FreeBlocks, PoolUse
 from vram.memory._snapshot import _record_memory_history
-from vram.tools.explain import find_setting, main_explain, report_from_snapshot
+from vram.tools.explain import find_setting, report_from_snapshot
 
 MiB = 1 << 20
 
@@ -46,6 +47,8 @@ def test_the_report_says_where_the_free_memory_is(sim0, alloc, free, capacity):
     text = str(report)
     assert "out of memory on sim:0: 15.00 MiB requested" in text
     assert "no history was recorded to replay" in text
+    assert report.advice[0].startswith("expandable_segments:True")
+    assert "worth trying (not checked by a replay):\n  - expandable_segments:True" in text
 
 
 def test_with_history_the_report_has_stacks_and_finds_the_setting(sim0, alloc, free, capacity):
@@ -64,7 +67,10 @@ def test_with_history_the_report_has_stacks_and_finds_the_setting(sim0, alloc, f
     assert result.baseline.fits is False  # the replay runs out of memory as the program did
     assert result.makes_it_fit.config == "expandable_segments:True"
     assert report.avoided_by.startswith("expandable_segments:True")
-    assert "the setting that would have avoided it: expandable_segments:True" in str(report)
+    text = str(report)
+    assert "the setting that would have avoided it: expandable_segments:True" in text
+    assert "    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in text
+    assert "worth trying" not in text  # one source of advice: the replay's
 
 
 def test_frees_waiting_on_stream_events_per_stream(sim0, alloc, free):
@@ -77,7 +83,8 @@ def test_frees_waiting_on_stream_events_per_stream(sim0, alloc, free):
         report = memory_report(sim0)
     assert report.request is None
     assert report.pending == {side.cuda_stream: 3 * MiB}
-    assert any("record_use" in text for text in report.findings)
+    assert any("record_stream" in text for text in report.findings)
+    assert any(text.startswith("record_use(stream)") for text in report.advice)
 
 
 def test_private_pools_are_counted(sim0, alloc, free):
@@ -111,7 +118,7 @@ def test_an_oom_writes_a_snapshot_that_vram_explain_reads(
         ("large", 11 * MiB, 46 * MiB, 5)
     ]
     assert again.split_free_bytes == 46 * MiB and again.limit == 100 * MiB
-    assert main_explain([str(written)]) == 0
+    assert cli.main(["explain", str(written)]) == 0
     out = capsys.readouterr().out
     assert "out of memory on sim:0: 15.00 MiB requested" in out
     assert "the setting that would have avoided it: expandable_segments:True" in out
@@ -162,17 +169,80 @@ def test_pytorch_193400_max_split_with_expandable_segments_grows_and_says_why():
     assert grown[0] == (140, 1) and grown[-1] == (13920, 2)  # +139 MiB a cycle, as reported
     report = memory_report_of(allocator)
     assert report.expandable_oversize_free >= 13 * 1024 * MiB
-    (why,) = [t for t in report.findings if "pytorch#193400" in t]
-    assert "drop max_split_size_mb" in why
+    assert any("pytorch#193400" in t for t in report.findings)
+    assert any("drop max_split_size_mb" in t for t in report.advice)
+    assert not any("expandable_segments:True:" in t for t in report.advice)  # on already
     for config in ("expandable_segments:True", "max_split_size_mb:128", ""):
         flat, _ = _cycles(config)
         assert flat[-1][0] == flat[10][0] <= 160  # either option alone stays flat
 
 
 def memory_report_of(allocator) -> MemoryReport:
-    from vram.memory._oom_report import _build, findings
+    from vram.memory._oom_report import report_of
 
-    with allocator.locked():
-        report = _build(allocator)
-    report.findings = findings(report)
-    return report
+    return report_of(allocator)
+
+
+# ============================================================ advice and the program's frames
+def test_under_expandable_segments_nothing_advises_turning_them_on(sim0, alloc, free, capacity):
+    vram.memory.set_allocator_settings("expandable_segments:True")
+    capacity(100 * MiB)
+    small = [alloc(600 << 10) for _ in range(60)]  # small-pool segments, split
+    free(*small[::2])
+    error = _oom(alloc, 90 * MiB)
+    assert "expandable_segments" not in str(error)
+    assert error.report.expandable
+    assert not any("expandable_segments:True" in text for text in error.report.advice)
+    assert "expandable_segments" not in "\n".join(error.report.findings)
+
+
+def test_without_expandable_segments_the_message_says_to_try_them(sim0, alloc, capacity):
+    capacity(10 * MiB)
+    assert "VRAM_ALLOC_CONF=expandable_segments:True" in str(_oom(alloc, 90 * MiB))
+
+
+def _fill_with_tensors(device) -> list:
+    held = []
+    for _ in range(10):  # (a loop: a comprehension is a frame of its own before Python 3.12)
+        held.append(vram.empty(9 * MiB // 4, dtype=vram.float32, device=device))
+    return held
+
+
+def test_the_report_shows_the_programs_frames_not_vrams(sim0, capacity):
+    capacity(100 * MiB)
+    _record_memory_history("all", device=sim0)
+    try:
+        held = _fill_with_tensors(sim0)
+        del held[3::2]
+        with pytest.raises(vram.OutOfMemoryError) as caught:
+            vram.empty(15 * MiB // 4, dtype=vram.float32, device=sim0)
+    finally:
+        _record_memory_history(None, device=sim0)
+    report = caught.value.report
+    frames = report.largest_live[0].frames
+    names = [f["name"] for f in frames]
+    assert "empty" in names and "_fill_with_tensors" in names  # all frames are kept
+    text = str(report)
+    block = text.split("largest live blocks:")[1].split("why:")[0]
+    shown = [line.split()[0] for line in block.splitlines() if line.startswith("      ")]
+    test = "test_the_report_shows_the_programs_frames_not_vrams"
+    assert shown[:2] == ["_fill_with_tensors", test]
+    assert "empty (" not in block and "device_storage" not in block
+
+
+def test_the_advice_never_contradicts_the_replay(sim0, alloc, free, capacity):
+    """Fragmented memory, but a request no setting can serve: after the replay the report
+    gives its verdict alone, not the unchecked advice to turn expandable segments on."""
+    capacity(100 * MiB)
+    _record_memory_history("all", device=sim0)
+    try:
+        _fragment(alloc, free)
+        report = _oom(alloc, 90 * MiB).report
+    finally:
+        _record_memory_history(None, device=sim0)
+    assert any("fragmentation" in text for text in report.findings)
+    assert report.advice and report.advice[0].startswith("expandable_segments:True")
+    result = find_setting(report, jobs=1)
+    assert result.makes_it_fit is None and report.avoided_by.startswith("none of the")
+    text = str(report)
+    assert "expandable_segments:True" not in text.split("why:")[1]

@@ -9,6 +9,7 @@ import pytest
 
 import vram
 from vram import cli
+from vram._units import format_bytes
 from vram.memory._snapshot import _record_memory_history, _snapshot
 from vram.tools.diff import snapshot_diff
 
@@ -107,3 +108,19 @@ def test_cli_diff_bad_input_is_one_line(tmp_path, monkeypatch, capsys, argv, mes
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_the_page_has_numbered_axes_default_pools_and_no_empty_frame_table(tmp_path):
+    a = _run(tmp_path, "a", {"embeddings": 4, "attention": 30}, protocol=5)
+    page = tmp_path / "same.html"
+    assert cli.main(["viz", str(a), "--diff", str(a), "-o", str(page)]) == 0
+    text = page.read_text()
+    assert "<table><tr><th>frame</th>" not in text  # nothing changed: no empty table
+    assert "No stack frame's bytes changed." in text
+    assert ">0,0<" not in text and "<td>default</td>" in text
+    peak = snapshot_diff(a, a).a.summary["peak reserved"]
+    assert f'text-anchor="end">{format_bytes(peak)}</text>' in text  # the byte axis' top
+    assert 'text-anchor="end">0 B</text>' in text
+    assert 'text-anchor="middle">event</text>' in text
+    result = snapshot_diff(a, a)
+    assert {key[0] for key, _, _ in result.segments} == {"default"}

@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 import pickle
 
-from vram.tools.explain import find_setting, main_explain, report_from_snapshot
+from vram import cli
+from vram.tools.explain import find_setting, report_from_snapshot
 
 MiB = 1 << 20
+
+
+def main_explain(argv: list[str]) -> int:
+    return cli.main(["explain", *argv])
 
 
 def test_explain_a_pytorch_snapshot_with_an_oom_event(tmp_path, capsys, synthetic_snapshot):
@@ -53,3 +58,26 @@ def test_explain_bad_input_is_one_line(tmp_path, capsys):
     assert main_explain([str(tmp_path / "missing.pickle")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("vram explain: error:") and err.count("\n") == 1
+
+
+def test_without_an_oom_it_says_there_was_none(tmp_path, capsys, trace):
+    path = trace("cnn_train-default")
+    assert main_explain([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("memory of device 0\n  there was no out-of-memory error")
+    assert "would the recorded run fit" not in out
+
+
+def test_capacity_answers_would_it_fit_and_with_which_setting(capsys, trace):
+    path = str(trace("cnn_train-max_split"))
+    assert main_explain([path, "--capacity", "2GiB", "--jobs", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "would the recorded run fit in 2.00 GiB: yes, under the recorded settings" in out
+    assert main_explain([path, "--capacity", "780MiB", "--jobs", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "would the recorded run fit in 780.00 MiB: not under the recorded settings" in out
+    assert "yes with expandable_segments:True" in out
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in out
+    assert main_explain([path, "--capacity", "300MiB", "--jobs", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "fit in 300.00 MiB: no; none of the" in out

@@ -8,15 +8,18 @@ import pickle
 import pytest
 
 import vram
+from vram import cli
 from vram.memory import parse_config
 from vram.memory._snapshot import _record_memory_history, _snapshot
-from vram.tools.replay import (
-    ReplayDriver,
-    load_snapshot,
-    main_replay,
-    replay,
-    settings_to_config,
-)
+from vram.tools import load_snapshot
+from vram.tools._replay_device import replay_device
+from vram.tools._settings import settings_to_config
+from vram.tools.replay import replay
+
+
+def main_replay(argv: list[str]) -> int:
+    return cli.main(["replay", *argv])
+
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -114,11 +117,13 @@ def test_a_vram_snapshot_replays_identically(sim0):
 
 # ======================================================================= the replay
 def test_recorded_addresses_are_handed_out_again():
-    driver = ReplayDriver(1 * GiB, [(0x1000_0000, 20 * MiB), (0x2000_0000, 20 * MiB)])
+    driver, _ = replay_device(1 * GiB, [(0x1000_0000, 20 * MiB), (0x2000_0000, 20 * MiB)])
     assert driver.malloc(0, 20 * MiB) == 0x1000_0000
     assert driver.malloc(0, 20 * MiB) == 0x2000_0000
     third = driver.malloc(0, 20 * MiB)
     assert third > 0x2000_0000 + 20 * MiB  # beyond every recorded address
+    with pytest.raises(vram.CudaError, match="backs no memory"):
+        driver.view(third, 4)  # counted, never backed
     assert driver.mem_get_info(0) == (GiB - 60 * MiB, GiB)
     driver.free(0, third)
     with pytest.raises(vram.CudaError, match="OUT_OF_MEMORY"):
@@ -232,8 +237,9 @@ def test_json_output(capsys, trace):
 
 def test_table_output(capsys, trace):
     assert main_replay([str(trace("bert_infer-default")), "--capacity", "100MiB"]) == 0
-    out = capsys.readouterr().out
-    assert "recorded" in out and "device mallocs" in out and "yes" in out  # it ran out
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1. the recorded settings" in out and "device mallocs" in out
+    assert "OUT OF MEMORY on 100.00 MiB" in out
 
 
 def test_html_output(tmp_path, trace):
@@ -274,3 +280,36 @@ def test_bad_config(capsys, trace):
     assert main_replay([str(path), "--config", "max_split_size_mb:5"]) == 2
     assert "max_split_size_mb" in capsys.readouterr().err
     assert main_replay([str(path), "--capacity", "lots"]) == 2
+
+
+def test_a_recorded_setting_is_replaced_by_name(trace, capsys):
+    """max_split_size_mb:-1 (PyTorch's spelling for no limit) drops the recorded setting:
+    the max_split trace then replays as the default trace does (the same requests)."""
+    instead, dropped = replay(
+        trace("cnn_train-max_split"),
+        ["max_split_size_mb:-1,expandable_segments:True", "max_split_size_mb:-1"],
+    )
+    (expandable,) = replay(trace("cnn_train-default"), ["expandable_segments:True"])
+    (default,) = replay(trace("cnn_train-default"))
+    assert instead["peak_reserved"] == expandable["peak_reserved"]
+    assert instead["segment_sizes"] == expandable["segment_sizes"]
+    assert dropped["segment_sizes"] == default["segment_sizes"]
+    assert instead["change"] == "replaces" and dropped["change"] == "drops"
+    assert instead["settings"] == "expandable_segments:True" and dropped["settings"] == ""
+    assert main_replay([str(trace("cnn_train-max_split")), "--config", "max_split_size_mb:0"]) == 2
+    assert "-1 (no limit) is PyTorch's default" in capsys.readouterr().err
+
+
+def test_the_report_says_what_each_row_changes_and_not_recorded(trace, capsys):
+    path = str(trace("cnn_train-max_split"))
+    assert main_replay([path, "--config", "expandable_segments:True"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1. the recorded settings settings: max_split_size_mb:64" in out
+    assert "same segments as the trace: yes." in out
+    assert "2. adds expandable_segments:True settings: max_split_size_mb:64,expandable" in out
+    assert "same segments as the trace: not recorded." in out
+    assert (
+        main_replay([path, "--config", "garbage_collection_threshold:0.8,memory_limit:2GiB"]) == 0
+    )
+    out = " ".join(capsys.readouterr().out.split())
+    assert "a memory fraction allowing 2.00 GiB (unchecked prediction)" in out

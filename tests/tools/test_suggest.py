@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 
 import pytest
 
+from vram import cli
 from vram.memory import parse_config
-from vram.tools.replay import main_replay, replay
+from vram.tools.replay import replay
 from vram.tools.suggest import suggest_settings
+from vram.tools.suggest_report import suggest_lines
+
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 
 MiB = 1 << 20
 DEFAULTS = parse_config("").settings()
@@ -122,6 +128,10 @@ def test_parallel_workers_find_what_one_process_finds(snapshot, result):
     ]
 
 
+def main_replay(argv: list[str]) -> int:
+    return cli.main(["replay", *argv])
+
+
 def test_cli_suggest_json(tmp_path, capsys, snapshot):
     import pickle
 
@@ -154,10 +164,116 @@ def test_cli_suggest_bad_input_is_one_line(tmp_path, capsys, snapshot, args, mes
     assert message in err and err.count("\n") == 1
 
 
-def test_suggest_ranks_settings_on_every_bundled_trace(real_trace):
-    found = suggest_settings(real_trace)
+_BUNDLED = sorted(p.name.split(".")[0] for p in TRACES.glob("*.pickle.xz"))
+_searched: dict[str, object] = {}  # each bundled trace's search, made once per run
+
+
+def _search(trace, name: str):
+    if name not in _searched:
+        _searched[name] = suggest_settings(trace(name), jobs=1)
+    return _searched[name]
+
+
+@pytest.mark.parametrize("name", _BUNDLED)
+def test_suggest_ranks_settings_on_every_bundled_trace(trace, name):
+    found = _search(trace, name)
     base = found.baseline.peak_reserved
     assert found.lower_bound <= base
     done = [c for c in found.candidates if not c.pruned and not c.oom]
     assert done and done[0].peak_reserved <= base
     assert all(found.lower_bound <= c.peak_reserved for c in done)
+
+
+# ==================================================== advice a PyTorch user can act on
+_PASTE = (
+    "PYTORCH_CUDA_ALLOC_CONF=",
+    "VRAM_ALLOC_CONF=",
+    "unset ",
+    "torch.cuda.",
+    "vram.set_per_process_memory_fraction",
+    "and tensor.",
+)
+
+
+def _setting_line(line: str) -> bool:
+    return line.lstrip().startswith(_PASTE)
+
+
+@pytest.mark.parametrize("name", _BUNDLED)
+def test_the_best_line_is_a_pytorch_setting_with_the_line_to_paste(trace, name):
+    result = _search(trace, name)
+    lines = suggest_lines(result)
+    at = next(i for i, line in enumerate(lines) if line.startswith("best:"))
+    best = result.best
+    assert best is not None and best.pytorch
+    paste = next(line for line in lines[at:] if _setting_line(line))
+    assert paste.strip() == f"PYTORCH_CUDA_ALLOC_CONF={best.settings}"
+    sections = [line for line in lines if line.endswith("best first:")]
+    assert sections[0].startswith("PyTorch's settings (PYTORCH_CUDA_ALLOC_CONF)")
+    vram_at = next(i for i, line in enumerate(lines) if line.startswith("vram's own options"))
+    vram_rows = [line for line in lines[vram_at:] if _setting_line(line)]
+    assert vram_rows and all(
+        not line.strip().startswith("PYTORCH_CUDA_ALLOC_CONF=") for line in vram_rows
+    )
+    assert "vt.use_vram_allocator()" in " ".join(lines[vram_at : vram_at + 4])
+    pytorch_rows = [line for line in lines[:vram_at] if _setting_line(line)]
+    assert not any("expandable_page_mb" in line or "record_use" in line for line in pytorch_rows)
+
+
+def test_the_lines_fit_80_columns_and_never_wrap_a_setting(trace):
+    result = suggest_settings(trace("cnn_train-max_split"), capacity=700 * MiB, jobs=1)
+    for show_all in (False, True):
+        lines = suggest_lines(result, show_all)
+        assert all(len(line) <= 80 for line in lines if not _setting_line(line))
+        for c in result.candidates[:5]:
+            for line in c.how:  # each whole, on a line of its own
+                assert any(text.strip() == line for text in lines)
+    shown = [line for line in suggest_lines(result) if line.strip().startswith(_PASTE[:3])]
+    every = [line for line in suggest_lines(result, True) if line.strip().startswith(_PASTE[:3])]
+    notes = [line for line in suggest_lines(result) if "not shown" in line]
+    left = sum(int(note.split("(")[1].split()[0]) for note in notes)
+    assert len(every) - len(shown) == left > 0
+
+
+def test_a_recorded_setting_can_be_replaced_and_the_row_says_so(trace):
+    """On a trace recorded with max_split_size_mb:64, expandable segments instead of it
+    is a candidate of its own, and predicts what the default trace predicts with them."""
+    result = suggest_settings(trace("cnn_train-max_split"), jobs=1)
+    instead = next(c for c in result.candidates if c.settings == "expandable_segments:True")
+    on_top = next(
+        c
+        for c in result.candidates
+        if c.settings == "max_split_size_mb:64,expandable_segments:True"
+    )
+    assert instead.change == "replaces" and on_top.change == "adds"
+    assert instead.change_text == "replaces max_split_size_mb:64 with expandable_segments:True"
+    (default,) = replay(trace("cnn_train-default"), ["expandable_segments:True"])
+    assert instead.peak_reserved == default["peak_reserved"]
+    dropped = next(c for c in result.candidates if c.knob == "defaults")
+    assert dropped.settings == "" and dropped.how == ["unset PYTORCH_CUDA_ALLOC_CONF"]
+    assert instead.checked and not next(c for c in result.candidates if c.knob == "gc").checked
+
+
+def test_what_the_capacity_did_is_said(trace):
+    path = trace("cnn_train-default")
+    need = suggest_settings(path, jobs=1).baseline.peak_reserved
+    capacity = need - 100 * MiB  # the recorded settings fit only by flushing their cache
+    result = suggest_settings(path, capacity=capacity, jobs=1)
+    assert result.baseline.fits and result.at_capacity.flushes > 0
+    text = " ".join(" ".join(suggest_lines(result)).split())
+    assert f"fit, but only by flushing their cache {result.at_capacity.flushes} times" in text
+    assert "every setting runs to its end" in text
+    gc = [c for c in result.candidates if c.knob == "gc"]  # capped at the whole device
+    assert gc and all(
+        c.fraction_call == "torch.cuda.set_per_process_memory_fraction(1.0)" for c in gc
+    )
+    roomy = suggest_settings(path, capacity=4 * need, jobs=1)  # capped at the recorded peak
+    gc = [c for c in roomy.candidates if c.knob == "gc"]
+    fraction = math.ceil(need / (4 * need) * 10_000) / 10_000
+    assert gc and all(
+        c.fraction_call == f"torch.cuda.set_per_process_memory_fraction({fraction!r})"
+        and c.memory_limit == int(fraction * 4 * need)
+        for c in gc
+    )
+    clean = [c for c in result.candidates if c.fits and not c.flushes]
+    assert clean and result.candidates[: len(clean)] == clean  # no flush ranks first

@@ -7,10 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from vram.memory._snapshot import _record_memory_history
-from vram.tools import load_snapshot
+from vram import cli
+from vram.memory import _record_memory_history
+from vram.tools import load_snapshot, peaks
 from vram.tools.replay import replay
-from vram.tools.trace import main_stats, main_trace
+
+MiB = 1 << 20
+
+
+def main_trace(argv: list[str]) -> int:
+    return cli.main(["trace", *argv])
+
+
+def main_stats(argv: list[str]) -> int:
+    return cli.main(["stats", *argv])
+
 
 SCRIPT = """
 import sys
@@ -77,14 +88,62 @@ def test_trace_of_a_failing_script(tmp_path, capsys):
 def test_trace_errors(tmp_path, capsys):
     assert main_trace(["--", "python", str(tmp_path / "missing.py")]) == 2
     assert "no such file" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main_trace(["-o", str(tmp_path / "x.pickle")])  # no program given
+    assert main_trace(["-o", str(tmp_path / "x.pickle")]) == 2  # no program given
+    err = capsys.readouterr().err
+    assert err.startswith("vram trace: error: give the program to run after --")
+    assert main_trace(["--max-entries", "0", "--", "python", "-c", "1"]) == 2
+    assert "--max-entries: must be at least 1" in capsys.readouterr().err
 
 
-def test_stats_prints_the_memory_summary(sim0, capsys):
-    assert main_stats(["--device", "sim:0"]) == 0
+def test_trace_help_lists_every_option(capsys):
+    assert main_trace(["--help"]) == 0
     out = capsys.readouterr().out
-    assert "memory summary" in out and "Allocated memory" in out
+    usage = out.split("\n\n")[0]
+    for option in ("-o OUT", "--device DEV", "--max-entries N", "--context", "-q", "--"):
+        assert option in usage, option
+    for option in ("--output", "--device", "--max-entries", "--context", "--quiet"):
+        assert option in out
+    assert "torch.cuda.memory._record_memory_history()" in out  # PyTorch's own allocator
+
+
+def test_stats_without_a_snapshot_says_what_it_needs(capsys):
+    assert main_stats([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vram stats: error: give a snapshot file: vram stats SNAPSHOT")
+    assert "vram trace -o FILE" in err and err.count("\n") == 1
+
+
+def _events(*events: tuple) -> dict:
+    entries = [
+        {"action": a, "addr": addr, "size": size, "stream": 0, "time_us": 1000 * i, "frames": []}
+        for i, (a, addr, size) in enumerate(events)
+    ]
+    return {"segments": [], "device_traces": [entries], "allocator_settings": {}}
+
+
+def test_stats_shows_the_peaks_with_the_event_at_which_they_happened(tmp_path, capsys):
+    a, b = 0x1000_0000, 0x2000_0000
+    snapshot = _events(
+        ("segment_alloc", a, 20 * MiB),
+        ("alloc", a, 8 * MiB),
+        ("alloc", a + 8 * MiB, 4 * MiB),  # allocated and active peak: 12 MiB here (2)
+        ("free_requested", a + 8 * MiB, 4 * MiB),  # no longer allocated, still active
+        ("segment_alloc", b, 2 * MiB),  # reserved peak: 22 MiB here (4)
+        ("free_completed", a + 8 * MiB, 4 * MiB),
+        ("alloc", b, MiB),  # allocated 9 MiB: below the peak
+    )
+    found = {p.measure: p for p in peaks(snapshot)}
+    assert (found["reserved"].bytes, found["reserved"].event) == (22 * MiB, 4)
+    assert found["reserved"].action == "segment_alloc" and found["reserved"].seconds == 0.004
+    assert (found["allocated"].bytes, found["allocated"].event) == (12 * MiB, 2)
+    assert (found["active"].bytes, found["active"].event) == (12 * MiB, 2)
+    path = tmp_path / "s.pickle"
+    path.write_bytes(pickle.dumps(snapshot))
+    assert main_stats([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "peaks over the trace" in out
+    row = next(line for line in out.splitlines() if "reserved" in line and "22.00 MiB" in line)
+    assert "segment_alloc" in row and " 4 " in row and "+0.004 s" in row
 
 
 def test_stats_of_a_snapshot(capsys, monkeypatch, trace):

@@ -7,6 +7,10 @@ Memory
   Unmapping a VMM range gives its pages back to the host (madvise DONTNEED).
 - ``view(ptr, nbytes)`` is a NumPy uint8 view of device memory, used by the sim kernels.
   Touching memory that is not allocated or mapped raises CUDA_ERROR_ILLEGAL_ADDRESS.
+- ``SimDriver(backed=False)``: memory is counted and given addresses, never backed, at no
+  host cost whatever its size; ``view`` raises (a device for replaying what a program
+  asked of an allocator, not for running kernels). ``addresses=`` places allocations by a
+  policy of the caller's (an ``AddressSpace`` per device) instead of first fit.
 
 Streams and events
 - A stream is a FIFO of work items: a callable, an event record, or a wait on an event's
@@ -16,6 +20,9 @@ Streams and events
   it depends on on other streams, nothing more.
 - Queued work holds device pointers, never tensors: memory freed while work is still queued
   is reused by whatever the allocator decides, exactly as on a GPU.
+- ``hold(stream)``: that stream alone is deferred, as a stream busy with long work: what is
+  queued on it (and work of other streams waiting for it) runs when it is released or the
+  host synchronizes with it (cudaFree synchronizes the device, so it does too).
 - Observers (``watch``) learn of every kernel or copy as it is queued, with the memory it
   touches, and of every event record, stream wait and host synchronization: the view the
   stream sanitizer (``stream_sanitizer:True``) checks cross-stream reuse with.
@@ -37,7 +44,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -48,7 +55,7 @@ from ._simgraph import SimGraphs
 from ._simpool import SimMemPool
 from ._work import Launch, Launcher, Query, fixed_touches, host_arguments, host_values
 
-__all__ = ["SimDriver", "check_capacity", "MAX_DEVICES", "MAX_CAPACITY"]
+__all__ = ["SimDriver", "AddressSpace", "FirstFit", "check_capacity", "MAX_DEVICES", "MAX_CAPACITY"]
 
 Touches = tuple[tuple[int, int], ...]  # (ptr, nbytes) ranges of device memory a work item uses
 
@@ -81,15 +88,58 @@ def check_capacity(capacity: object, argument: str = "capacity") -> int:
 # memory
 
 
+class AddressSpace(Protocol):
+    """Where a simulated device places its allocations (``SimDriver(addresses=...)``).
+
+    ``take`` returns the start of ``size`` free bytes aligned to ``alignment`` for a
+    ``kind`` of range ("malloc", "reserve" for a VMM reservation, "pool" for the stream-
+    ordered pool), or raises CudaError CUDA_ERROR_OUT_OF_MEMORY; ``give`` takes a range back.
+    """
+
+    def take(self, size: int, alignment: int, kind: str) -> int: ...
+
+    def give(self, start: int, size: int) -> None: ...
+
+
+class FirstFit:
+    """The default placement: first fit over the device's own range of addresses."""
+
+    def __init__(self, base: int, span: int) -> None:
+        self._free: list[tuple[int, int]] = [(base, span)]  # sorted, merged (start, length)
+
+    def take(self, size: int, alignment: int, kind: str = "malloc") -> int:
+        for i, (start, length) in enumerate(self._free):
+            aligned = -(-start // alignment) * alignment
+            if aligned + size <= start + length:
+                pieces = []
+                if aligned > start:
+                    pieces.append((start, aligned - start))
+                if aligned + size < start + length:
+                    pieces.append((aligned + size, start + length - aligned - size))
+                self._free[i : i + 1] = pieces
+                return aligned
+        raise CudaError("cuMemAddressReserve", "CUDA_ERROR_OUT_OF_MEMORY")
+
+    def give(self, start: int, size: int) -> None:
+        free = self._free
+        i = bisect.bisect(free, (start, 0))
+        free.insert(i, (start, size))
+        if i + 1 < len(free) and start + size == free[i + 1][0]:
+            free[i] = (start, size + free.pop(i + 1)[1])
+        if i > 0 and free[i - 1][0] + free[i - 1][1] == start:
+            prev = free[i - 1]
+            free[i - 1] = (prev[0], prev[1] + free.pop(i)[1])
+
+
 @dataclass(slots=True)
 class _Range:
-    """A live piece of device address space with host memory behind it."""
+    """A live piece of device address space, with host memory behind it when backed."""
 
     start: int
     size: int
-    buffer: np.ndarray  # uint8 over ``backing``
-    backing: mmap.mmap  # private anonymous mapping: host pages are taken when first written
-    kind: str  # "malloc" or "reserve"
+    buffer: np.ndarray | None  # uint8 over ``backing``; None on a device that backs nothing
+    backing: mmap.mmap | None  # private anonymous mapping: host pages taken when first written
+    kind: str  # "malloc", "reserve" or "pool"
     mapped: list[tuple[int, int, int]] = field(default_factory=list)  # (offset, size, handle)
     # reserve: offset of a mapping -> the devices that may access it (vmm_map: the owner)
     access: dict[int, frozenset[int]] = field(default_factory=dict)
@@ -98,44 +148,30 @@ class _Range:
 class _DeviceMemory:
     """Address space, capacity and backing store of one simulated device."""
 
-    def __init__(self, index: int, capacity: int) -> None:
+    def __init__(self, index: int, capacity: int, space: AddressSpace | None, backed: bool) -> None:
         self.index = index
         self.capacity = capacity
         self.used = 0  # bytes held by malloc and vmm_create
-        self._free_va: list[tuple[int, int]] = [(_VA_BASE + index * _VA_SPAN, _VA_SPAN)]
+        self.backed = backed
+        self.space = space or FirstFit(_VA_BASE + index * _VA_SPAN, _VA_SPAN)
         self._starts: list[int] = []  # sorted starts of live ranges
         self._ranges: dict[int, _Range] = {}
         self.handles: dict[int, int] = {}  # vmm handle -> size
 
-    # address space: first fit over sorted free intervals, merged on release
-    def take_va(self, size: int, alignment: int) -> int:
-        for i, (start, length) in enumerate(self._free_va):
-            aligned = -(-start // alignment) * alignment
-            if aligned + size <= start + length:
-                pieces = []
-                if aligned > start:
-                    pieces.append((start, aligned - start))
-                if aligned + size < start + length:
-                    pieces.append((aligned + size, start + length - aligned - size))
-                self._free_va[i : i + 1] = pieces
-                return aligned
-        raise CudaError("cuMemAddressReserve", "CUDA_ERROR_OUT_OF_MEMORY")
+    def take_va(self, size: int, alignment: int, kind: str = "malloc") -> int:
+        return self.space.take(size, alignment, kind)
 
     def give_va(self, start: int, size: int) -> None:
-        i = bisect.bisect(self._free_va, (start, 0))
-        self._free_va.insert(i, (start, size))
-        if i + 1 < len(self._free_va) and start + size == self._free_va[i + 1][0]:
-            self._free_va[i] = (start, size + self._free_va.pop(i + 1)[1])
-        if i > 0 and self._free_va[i - 1][0] + self._free_va[i - 1][1] == start:
-            prev = self._free_va[i - 1]
-            self._free_va[i - 1] = (prev[0], prev[1] + self._free_va.pop(i)[1])
+        self.space.give(start, size)
 
     def add_range(self, start: int, size: int, kind: str, call: str) -> None:
-        try:
-            backing = _anonymous(size)
-        except OSError as exc:  # the host has no address space left
-            raise CudaError(call, "CUDA_ERROR_OUT_OF_MEMORY", str(exc)) from None
-        buffer = np.frombuffer(backing, dtype=np.uint8)[:size]
+        backing = buffer = None
+        if self.backed:
+            try:
+                backing = _anonymous(size)
+            except OSError as exc:  # the host has no address space left
+                raise CudaError(call, "CUDA_ERROR_OUT_OF_MEMORY", str(exc)) from None
+            buffer = np.frombuffer(backing, dtype=np.uint8)[:size]
         bisect.insort(self._starts, start)
         self._ranges[start] = _Range(start, size, buffer, backing, kind)
 
@@ -201,7 +237,18 @@ class SimDriver(SimGraphs, Driver):
 
     kind = "sim"
 
-    def __init__(self, device_count: int | None = None, capacity: int | None = None) -> None:
+    def __init__(
+        self,
+        device_count: int | None = None,
+        capacity: int | None = None,
+        *,
+        backed: bool = True,
+        addresses: Callable[[int], AddressSpace] | None = None,
+    ) -> None:
+        """``device_count`` devices of ``capacity`` bytes each (VRAM_SIM_DEVICES and
+        VRAM_SIM_MEMORY when None). ``backed=False``: memory is counted, never backed (see
+        the module docstring). ``addresses(device)``: the placement of that device's
+        allocations (first fit over its own range when None)."""
         if device_count is None:
             text = os.environ.get("VRAM_SIM_DEVICES", "2")
             if not text.strip().isdecimal():
@@ -215,9 +262,13 @@ class SimDriver(SimGraphs, Driver):
             text = os.environ.get("VRAM_SIM_MEMORY", "16GiB")
             capacity = check_capacity(parse_bytes(text, "VRAM_SIM_MEMORY"), "VRAM_SIM_MEMORY")
         self._lock = threading.RLock()
-        self._memory = [_DeviceMemory(i, capacity) for i in range(device_count)]
+        self._memory = [
+            _DeviceMemory(i, capacity, None if addresses is None else addresses(i), backed)
+            for i in range(device_count)
+        ]
         self._handles = itertools.count(1)
         self._streams: dict[int, _Stream] = {}
+        self._held: set[int] = set()  # streams whose work runs only when released or synced
         self._events: dict[int, _Event] = {}
         self._default = [self._new_stream(i, 0) for i in range(device_count)]
         self._host: dict[int, np.ndarray] = {}
@@ -300,7 +351,7 @@ class SimDriver(SimGraphs, Driver):
             self._charge(mem, size, "cuMemAlloc")
             ptr = None
             try:
-                ptr = mem.take_va(size, _MALLOC_ALIGNMENT)
+                ptr = mem.take_va(size, _MALLOC_ALIGNMENT, "malloc")
                 mem.add_range(ptr, size, "malloc", "cuMemAlloc")
             except CudaError:  # out of address space: nothing stays charged or taken
                 mem.used -= size
@@ -384,7 +435,7 @@ class SimDriver(SimGraphs, Driver):
             if self._capturing:
                 self._forbid_unsafe("cuMemAddressReserve")
             mem = self._mem(device)
-            va = mem.take_va(size, _VMM_GRANULARITY)
+            va = mem.take_va(size, _VMM_GRANULARITY, "reserve")
             try:
                 mem.add_range(va, size, "reserve", "cuMemAddressReserve")
             except CudaError:
@@ -458,7 +509,8 @@ class SimDriver(SimGraphs, Driver):
             rng.mapped = kept
             rng.access = {o: rng.access[o] for o, _, _ in kept}
             # the pages go back to the host; a later map sees zeros, like fresh memory
-            rng.backing.madvise(mmap.MADV_DONTNEED, offset, size)
+            if rng.backing is not None:
+                rng.backing.madvise(mmap.MADV_DONTNEED, offset, size)
 
     def vmm_set_access(self, device: int, va: int, size: int, peers: tuple[int, ...]) -> None:
         """Let ``device`` and every device in ``peers`` read and write the mapped range."""
@@ -524,6 +576,10 @@ class SimDriver(SimGraphs, Driver):
                 break
             if rng.kind == "reserve" and not _covered(rng.mapped, offset, nbytes):
                 break
+            if rng.buffer is None:
+                raise CudaError(
+                    "memory access", "CUDA_ERROR_ILLEGAL_ADDRESS", "the device backs no memory"
+                )
             return rng.buffer[offset : offset + nbytes]
         with self._lock:
             for start, buffer in self._host.items():
@@ -558,6 +614,7 @@ class SimDriver(SimGraphs, Driver):
             if s is not None and stream not in self._default:
                 self._drain(s, None)  # as CUDA: queued work still completes
                 del self._streams[stream]
+                self._held.discard(stream)
 
     def stream_device(self, stream: int) -> int | None:
         found = self._streams.get(stream) if type(stream) is int else None
@@ -578,6 +635,25 @@ class SimDriver(SimGraphs, Driver):
             if self._capturing:
                 self._forbid_stream(s, "cuStreamQuery")
             return not s.queue
+
+    def hold(self, stream: int) -> None:
+        """Defer ``stream`` alone: its work (and other streams' work that waits for it) runs
+        only when it is released or the host synchronizes with it, as if it ran long."""
+        with self._lock:
+            self._stream(stream, "hold")
+            self._held.add(stream)
+
+    def release(self, stream: int) -> None:
+        """Run what ``stream`` holds, then the work of other streams that waited for it."""
+        with self._lock:
+            s = self._stream(stream, "release")
+            self._held.discard(stream)
+            self._drain(s, None)
+            if self.deferred_depth == 0:
+                for other in list(self._streams.values()):
+                    if other.queue:
+                        self._drain(other, None, eager=True)
+        self._raise_deferred()
 
     def stream_synchronize(self, stream: int) -> None:
         with self._lock:
@@ -747,19 +823,24 @@ class SimDriver(SimGraphs, Driver):
             return
         stream.queue.append(item)
         if self.deferred_depth == 0:
-            self._drain(stream, None)
+            self._drain(stream, None, eager=True)
 
-    def _drain(self, stream: _Stream, until: _Mark | None) -> None:
+    def _drain(self, stream: _Stream, until: _Mark | None, eager: bool = False) -> None:
         """Run ``stream``'s work in order until it is empty or ``until`` has completed.
 
         A wait whose record has not run yet first drives the stream that holds that
-        record, up to it and no further.
+        record, up to it and no further. ``eager`` (work running as it is queued, not a
+        host synchronization): a held stream does not run, and a wait for one stops here.
         """
+        if eager and stream.handle in self._held:
+            return
         queue = stream.queue
         while queue and not (until is not None and until.done):
             kind, payload = queue[0]
             if kind == "wait" and not payload.done:
-                self._drain(payload.stream, payload)
+                self._drain(payload.stream, payload, eager)
+                if not payload.done:
+                    return  # behind a held stream's work
                 continue
             queue.popleft()
             if kind == "run":

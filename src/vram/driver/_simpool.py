@@ -197,7 +197,7 @@ class SimMemPool:
         self._charge(mem, nbytes, "cuMemAllocAsync")
         ptr = None
         try:
-            ptr = mem.take_va(nbytes, _CHUNK)
+            ptr = mem.take_va(nbytes, _CHUNK, "pool")
             mem.add_range(ptr, nbytes, "pool", "cuMemAllocAsync")
         except CudaError:  # out of address space: nothing stays charged or taken
             mem.used -= nbytes

@@ -7,6 +7,7 @@ from ._api import __all__ as _api_all
 from ._async import AsyncAllocator
 from ._caching import DeviceCachingAllocator
 from ._config import AllocatorConfig, parse_config
+from ._config import _items as config_items  # a settings string's key:value pairs
 from ._counting import DeviceCalls, count_device_calls
 from ._host import (
     CachingHostAllocator,
@@ -22,7 +23,7 @@ from ._host import (
 )
 from ._labels import clear_label, label_of, set_label
 from ._oom_report import MemoryReport, memory_report
-from ._pools import MemPool, use_mem_pool
+from ._pools import MemPool, PrivatePool, use_mem_pool
 from ._registry import allocate, allocator_for
 from ._sanitizer import StreamRace, StreamRaceWarning, stream_races
 from ._snapshot import _dump_snapshot, _record_memory_history, _snapshot, memory_snapshot
@@ -48,9 +49,11 @@ __all__ = [
     "reset_accumulated_host_memory_stats",
     "reset_peak_host_memory_stats",
     "AllocatorConfig",
+    "config_items",
     "AsyncAllocator",
     "DeviceCachingAllocator",
     "MemPool",
+    "PrivatePool",
     "MemoryReport",
     "memory_report",
     "StreamRace",

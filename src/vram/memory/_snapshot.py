@@ -39,6 +39,7 @@ __all__ = [
     "_dump_snapshot",
     "memory_snapshot",
     "segments_of",
+    "segment_rows",
 ]
 
 _settings: HistorySettings | None = None  # what _record_memory_history asked for; None: off
@@ -179,15 +180,21 @@ def segments_of(allocator: DeviceCachingAllocator, pool_id: tuple | None = None)
     contiguous mapped run of a reserved range.
     """
     with allocator.locked():
-        out = []
-        for block in allocator.all_blocks():
-            if block.prev is not None and block.prev.state != UNMAPPED:
-                continue  # not the head of its segment
-            owner = block.segment.pool.owner
-            if pool_id is not None and (owner is None or owner.id != tuple(pool_id)):
-                continue
-            out.append(_segment(allocator, block))
-        return out
+        return segment_rows(allocator, pool_id)
+
+
+def segment_rows(allocator: DeviceCachingAllocator, pool_id: tuple | None = None) -> list[dict]:
+    """``segments_of``'s rows, for a caller that holds the allocator's lock already (the
+    OOM report, built from the same rows a snapshot has)."""
+    out = []
+    for block in allocator.all_blocks():
+        if block.prev is not None and block.prev.state != UNMAPPED:
+            continue  # not the head of its segment
+        owner = block.segment.pool.owner
+        if pool_id is not None and (owner is None or owner.id != tuple(pool_id)):
+            continue
+        out.append(_segment(allocator, block))
+    return out
 
 
 # =============================================================================== snapshot

@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-from ..memory._pools import PrivatePool
+from ..memory import PrivatePool
 
 __all__ = ["find_private_pools", "add_pool_routes"]
 

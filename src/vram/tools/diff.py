@@ -4,7 +4,7 @@
     vram viz before.pickle --diff after.pickle -o d.html  one page with the same, drawn
 
 Two snapshots (PyTorch's or vram's) of one device are read as the viewer reads them
-(``viz._ViewData``: every allocation and segment a lifetime in the trace, what existed
+(``viz.ViewData``: every allocation and segment a lifetime in the trace, what existed
 before it began included) and compared:
 
 - the summary: events, allocations, device mallocs, reserved and allocated at the end, and
@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from .._units import format_bytes
-from ._output import check_output_path
 from ._snapshot_file import load_snapshot
-from .replay import _downsample
-from .viz import _ViewData, check_device
+from .output import check_output_path
+from .replay import downsample
+from .viz import ViewData, check_device
 
 __all__ = ["RunDiff", "snapshot_diff", "diff_tables", "write_diff_html"]
 
@@ -92,24 +92,10 @@ class RunDiff:
 def _run(source: dict | str | Path, device: int) -> _Run:
     snapshot = load_snapshot(source)
     check_device(snapshot, device)
-    view = _ViewData.build(snapshot, device)
+    view = ViewData.build(snapshot, device)
     n = view.n
-    deltas = [0] * (n + 2)  # allocated bytes change at moment m + 1 (0: before the trace)
-    for start, end, block in zip(view.alloc_start, view.alloc_end, view.alloc_block, strict=True):
-        deltas[start + 1] += block
-        deltas[end + 1] -= block
-    allocated, now = [], 0
-    for delta in deltas[: n + 1]:
-        now += delta
-        allocated.append(now)
-    seg_deltas = [0] * (n + 2)
-    for start, end, size in zip(view.seg_start, view.seg_end, view.seg_size, strict=True):
-        seg_deltas[start + 1] += size
-        seg_deltas[end + 1] -= size
-    reserved, now = [], 0
-    for delta in seg_deltas[: n + 1]:
-        now += delta
-        reserved.append(now)
+    totals = view.totals()
+    allocated, reserved = totals["allocated"], totals["reserved"]
     peak = max(range(len(allocated)), key=allocated.__getitem__)  # moment + 1
     at_peak = _by_frame(view, peak - 1)
     at_end = _by_frame(view, n - 1 if n else -1)
@@ -121,7 +107,8 @@ def _run(source: dict | str | Path, device: int) -> _Run:
             "expandable" if view.seg_expandable[s] else ("large" if view.seg_large[s] else "small")
         )
         size = 0 if kind == "expandable" else view.seg_size[s]
-        key = (view.pools[view.seg_pool[s]], _stream(view.streams[view.seg_stream[s]]), kind, size)
+        pool = _pool(view.pools[view.seg_pool[s]])
+        key = (pool, _stream(view.streams[view.seg_stream[s]]), kind, size)
         found = segments.setdefault(key, [0, 0, 0])
         found[0] += 1
         found[1] += view.seg_size[s]
@@ -141,11 +128,16 @@ def _run(source: dict | str | Path, device: int) -> _Run:
     return _Run(name, summary, at_peak, at_end, segments, allocated, reserved)
 
 
+def _pool(raw: str) -> str:
+    """A pool as the tables name it: "default", or a private pool's id."""
+    return "default" if raw in ("0,0", "0", "") else f"private ({raw})"
+
+
 def _stream(raw: Any) -> str:
     return raw if isinstance(raw, str) else ("0 (default)" if raw == 0 else f"{raw:#x}")
 
 
-def _held(view: _ViewData, s: int) -> int:
+def _held(view: ViewData, s: int) -> int:
     """Bytes of allocations alive at the end inside segment piece ``s``."""
     lo, hi = view.seg_addr[s], view.seg_addr[s] + view.seg_size[s]
     n = view.n
@@ -156,7 +148,7 @@ def _held(view: _ViewData, s: int) -> int:
     )
 
 
-def _by_frame(view: _ViewData, moment: int) -> dict[str, int]:
+def _by_frame(view: ViewData, moment: int) -> dict[str, int]:
     """Bytes live after ``moment`` per frame of their allocation's stack."""
     out: dict[str, int] = {}
     frames = view.frames
@@ -239,6 +231,13 @@ def diff_tables(result: RunDiff, shown: int = _FRAMES_SHOWN) -> list[Any]:
             format_bytes(be),
             _change(ae, be),
         )
+    if not result.frames:
+        from rich.text import Text
+
+        frames = Text(
+            "stack frames: no frame's bytes changed"
+            + ("" if _has_stacks(result.a) or _has_stacks(result.b) else " (no stacks recorded)")
+        )
     segments = Table(title="segments at the end, by pool, stream, kind and size")
     for name in ("pool", "stream", "kind", "size", "A", "B", "reserved change", "held change"):
         segments.add_column(name, justify="right" if name not in ("pool", "kind") else "left")
@@ -257,13 +256,38 @@ def diff_tables(result: RunDiff, shown: int = _FRAMES_SHOWN) -> list[Any]:
 
 
 # ============================================================================== page
-def _lines(run: _Run, top: int, width: int, height: int) -> str:
+_LEFT, _BOTTOM, _PAD = 64, 28, 8  # pixels around a timeline: the axes' labels
+
+
+def _timeline(run: _Run, top: int, width: int, height: int) -> str:
+    """One run's reserved and allocated bytes over its events, with numbered axes (bytes
+    on the left, one scale for both runs; events below)."""
+    inner_w, inner_h = width - _LEFT - _PAD, height - _BOTTOM - _PAD
     out = []
+    for f in (0, 0.25, 0.5, 0.75, 1):
+        y = _PAD + inner_h - f * inner_h
+        out.append(
+            f'<line class="grid" x1="{_LEFT}" x2="{_LEFT + inner_w}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<text x="{_LEFT - 4}" y="{y + 3:.1f}" text-anchor="end">'
+            f"{format_bytes(int(top * f))}</text>"
+        )
+    events = max(len(run.reserved) - 1, 1)
+    for f in (0, 0.25, 0.5, 0.75, 1):
+        x = _LEFT + f * inner_w
+        out.append(
+            f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{_PAD}" y2="{_PAD + inner_h}"/>'
+            f'<text x="{x:.1f}" y="{_PAD + inner_h + 14}" text-anchor="middle">'
+            f"{round(events * f):,}</text>"
+        )
+    out.append(
+        f'<text x="{_LEFT + inner_w / 2:.1f}" y="{height - 2}" text-anchor="middle">event</text>'
+    )
     for values, css in ((run.reserved, "reserved"), (run.allocated, "allocated")):
-        sampled = _downsample(values, _TIMELINE_POINTS)
+        sampled = downsample(values, _TIMELINE_POINTS)
         n = max(len(sampled) - 1, 1)
         points = " ".join(
-            f"{i * width / n:.1f},{height - v * height / top:.1f}" for i, v in enumerate(sampled)
+            f"{_LEFT + i * inner_w / n:.1f},{_PAD + inner_h - v * inner_h / top:.1f}"
+            for i, v in enumerate(sampled)
         )
         out.append(f'<polyline class="{css}" points="{points}"/>')
     return "".join(out)
@@ -276,11 +300,11 @@ def write_diff_html(result: RunDiff, out: str | Path, shown: int = 40) -> Path:
     e = html.escape
     a, b = result.a, result.b
     top = max(max(a.reserved, default=0), max(b.reserved, default=0), 1)
-    width, height = 560, 200
+    width, height = 600, 230
     timelines = "".join(
         f'<div class="panel"><h3>{label}: {e(run.name)}</h3>'
         f'<svg viewBox="0 0 {width} {height}" width="{width}" height="{height}">'
-        f"{_lines(run, top, width, height)}</svg>"
+        f"{_timeline(run, top, width, height)}</svg>"
         f"<p>peak reserved {format_bytes(run.summary['peak reserved'])} &middot; peak allocated "
         f"{format_bytes(run.summary['peak allocated'])} &middot; {run.summary['trace events']} "
         "events</p></div>"
@@ -308,6 +332,24 @@ def write_diff_html(result: RunDiff, out: str | Path, shown: int = 40) -> Path:
         f"<td class='{_css(y[1] - x[1])}'>{_change(x[1], y[1])}</td></tr>"
         for (pool, stream, kind, size), x, y in result.segments
     )
+    if rows:
+        frames_section = (
+            f"<h2>Stack frames: bytes live at the allocated peak and at the end ({len(rows)} "
+            f"of {len(result.frames)} that changed)</h2>\n<table><tr><th>frame</th>"
+            '<th colspan="2">at the peak</th><th colspan="2">at the end</th></tr>'
+            f"{frames}</table>"
+        )
+    else:
+        frames_section = (
+            "<h2>Stack frames</h2><p>No stack frame's bytes changed"
+            + (
+                ""
+                if _has_stacks(a) or _has_stacks(b)
+                else " (neither snapshot recorded stacks: _record_memory_history(context='all')"
+                " records them)"
+            )
+            + ".</p>"
+        )
     title = f"vram diff: {a.name} -> {b.name}"
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title><style>
@@ -316,6 +358,8 @@ h1 {{ font-size: 17px; }} h2 {{ font-size: 14px; margin-top: 22px; }}
 h3 {{ font-size: 13px; margin: 0; }}
 .panels {{ display: flex; gap: 16px; flex-wrap: wrap; }}
 svg {{ background: #fafbfc; border: 1px solid #dde1e8; }}
+svg text {{ font-size: 10px; fill: #444; }}
+.grid {{ stroke: #e3e6eb; }}
 .reserved {{ fill: none; stroke: #d62728; stroke-width: 1.2; }}
 .allocated {{ fill: none; stroke: #1f77b4; stroke-width: 1.2; }}
 table {{ border-collapse: collapse; }}
@@ -332,10 +376,7 @@ bytes after each event of each trace (one scale for both runs)</p>
 <div class="panels">{timelines}</div>
 <h2>Summary (B minus A)</h2>
 <table><tr><th>metric</th><th>A</th><th>B</th><th>change</th></tr>{summary}</table>
-<h2>Stack frames: bytes live at the allocated peak and at the end ({len(rows)} of
-{len(result.frames)} that changed)</h2>
-<table><tr><th>frame</th><th colspan="2">at the peak</th><th colspan="2">at the end</th></tr>
-{frames}</table>
+{frames_section}
 <h2>Segments at the end, by pool, stream, kind and size</h2>
 <table><tr><th>pool</th><th>stream</th><th>kind</th><th>size</th><th>A</th><th>B</th>
 <th>reserved change</th></tr>{segments}</table>
@@ -348,6 +389,11 @@ bytes after each event of each trace (one scale for both runs)</p>
 _BYTES = frozenset(
     ("reserved at the end", "allocated at the end", "peak reserved", "peak allocated")
 )  # the summary's metrics in bytes (the others are counts)
+
+
+def _has_stacks(run: _Run) -> bool:
+    names = set(run.at_peak) | set(run.at_end)
+    return bool(names - {"(no stack recorded)"})
 
 
 def _cell(metric: str, value: int) -> str:

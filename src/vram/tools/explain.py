@@ -1,55 +1,51 @@
-"""Why an OOM happened: ``vram explain SNAPSHOT`` and ``find_setting(report)``.
+"""Why an OOM happened, or whether a run would fit: ``vram explain SNAPSHOT``.
 
     vram explain oom.pickle                 the report, and the setting that avoids the OOM
     vram explain oom.pickle --no-replay     the report alone
-    vram explain snapshot.pickle --capacity 80GiB
+    vram explain run.pickle --capacity 8GiB would this run fit in 8 GiB, with which setting
 
 ``report_from_snapshot`` builds the report an OutOfMemoryError carries
-(``vram.memory.MemoryReport``) from a saved snapshot, PyTorch's or vram's: free blocks per
-pool and stream, split free blocks, pending frees (blocks in ``active_pending_free``, by
-the stream of their segment: a snapshot does not say which stream's events they wait on),
-private pools, the 10 largest live blocks with their frames (the state's, else those of
-their alloc event in the trace), and the findings. A snapshot
-written by ``VRAM_OOM_SNAPSHOT`` also holds the report made at the raise
-(``vram_oom_report``): the request, the device's memory and what it had free.
+(``vram.memory.MemoryReport``) from a saved snapshot, PyTorch's or vram's, with the same
+code (``MemoryReport.from_segments``, from the snapshot's rows): free blocks per pool and
+stream, split free blocks, pending frees (blocks in ``active_pending_free``, by the stream
+of their segment: a snapshot does not say which stream's events they wait on), private
+pools, the 10 largest live blocks with the program's frames (the state's, else those of
+their alloc event in the trace), and the findings. A snapshot written by
+``VRAM_OOM_SNAPSHOT`` also holds the report made at the raise (``vram_oom_report``): the
+request, the device's memory and what it had free.
 
 ``find_setting`` replays the snapshot's recorded history up to its OOM, with the failed
 request in place of the ``oom`` event, on a device of the memory the process had (the
 report's limit; for a PyTorch snapshot, what was reserved plus what the device had free at
-the OOM, or ``capacity``), under the settings ``vram replay --suggest`` searches. It names
-the change that makes the run fit, or says that none does, or that the replay fits under
-the recorded settings too (then the OOM was not the allocator's doing: another process, or
-memory the trace does not show).
+the OOM, or ``capacity``), under the settings ``vram replay --suggest`` searches. Its
+verdict is the report's one piece of advice: the change that makes the run fit, or that
+none does, or that the replay fits under the recorded settings too (then the OOM was not
+the allocator's doing: another process, or memory the trace does not show).
+
+``fit_verdict`` answers the question a snapshot without an OOM leaves: would the whole
+recorded run fit in ``capacity`` bytes, and under which setting.
 """
 
 from __future__ import annotations
 
-import argparse
-import heapq
-import json
-import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from .._units import format_bytes, parse_bytes
-from ..memory._oom_report import FreeBlocks, LiveBlock, MemoryReport, PoolUse, findings
-from ._output import describe_error
+from .._units import format_bytes
+from ..memory import MemoryReport
 from ._snapshot_file import load_snapshot
+from .output import wrap
 from .suggest import Suggestion, suggest_settings
 
-__all__ = ["report_from_snapshot", "find_setting", "main_explain"]
+__all__ = [
+    "report_from_snapshot",
+    "find_setting",
+    "fit_verdict",
+    "has_oom",
+    "explain_lines",
+]
 
-_MB = 1 << 20
 _FAILED = -1  # the address the failed request gets in the replayed trace (never freed)
-
-
-def _pool_name(segment: dict) -> str:
-    kind = segment.get("segment_type", "large")
-    pool_id = tuple(segment.get("segment_pool_id") or (0, 0))
-    if pool_id == (0, 0):
-        return kind
-    what = "graph pool" if pool_id[0] > 0 and pool_id[1] == 0 else "MemPool"
-    return f"{what} {pool_id} {kind}"
 
 
 def _device_index(snapshot: dict, device: int | None) -> int:
@@ -62,6 +58,21 @@ def _device_index(snapshot: dict, device: int | None) -> int:
     return min((s.get("device", 0) for s in snapshot.get("segments") or []), default=0)
 
 
+def _trace(snapshot: dict, index: int) -> list[dict]:
+    traces = snapshot.get("device_traces") or []
+    return traces[index] if 0 <= index < len(traces) else []
+
+
+def has_oom(snapshot: dict | str | Path, device: int | None = None) -> bool:
+    """True when the snapshot records an out-of-memory error (an ``oom`` event in the
+    device's trace, or the report ``VRAM_OOM_SNAPSHOT`` saved)."""
+    found = load_snapshot(snapshot)
+    saved = found.get("vram_oom_report")
+    if isinstance(saved, dict) and saved.get("request") is not None:
+        return True
+    return any(e["action"] == "oom" for e in _trace(found, _device_index(found, device)))
+
+
 def report_from_snapshot(source: dict | str | Path, device: int | None = None) -> MemoryReport:
     """The MemoryReport of a saved snapshot's ``device`` (the first one it has if None)."""
     snapshot = load_snapshot(source)
@@ -69,75 +80,24 @@ def report_from_snapshot(source: dict | str | Path, device: int | None = None) -
     settings = snapshot.get("allocator_settings") or {}
     split = settings.get("max_split_size", -1)
     max_split = None if split in (-1, None) or split >= 1 << 63 else int(split)
-    free: dict[tuple[str, int], list[int]] = {}
-    split_bytes = split_count = oversize = reserved = allocated = 0
-    pending: dict[int, int] = {}
-    pools: dict[str, list[int]] = {}
-    live: list[LiveBlock] = []
+    segments = [s for s in snapshot.get("segments") or [] if s.get("device", index) == index]
     stacks = {  # address -> frames of its last alloc event (for blocks the state has none)
         e["addr"]: e.get("frames") for e in _trace(snapshot, index) if e["action"] == "alloc"
     }
-    for seg in snapshot.get("segments") or []:
-        if seg.get("device", index) != index:
-            continue
-        name, stream = _pool_name(seg), seg.get("stream", 0)
-        blocks = seg.get("blocks") or []
-        expandable = bool(seg.get("is_expandable"))
-        reserved += seg["total_size"]
-        if tuple(seg.get("segment_pool_id") or (0, 0)) != (0, 0):
-            held = pools.setdefault(name.rsplit(" ", 1)[0], [0, 0])
-            held[0] += seg["total_size"]
-            held[1] += seg.get("allocated_size", 0)
-        for block in blocks:
-            state, size = block["state"], block["size"]
-            if state == "inactive":
-                free.setdefault((name, stream), []).append(size)
-                if not expandable and len(blocks) > 1:
-                    split_bytes += size
-                    split_count += 1
-                elif expandable and max_split is not None and size >= max_split:
-                    oversize += size
-            elif state == "active_pending_free":
-                pending[stream] = pending.get(stream, 0) + size
-            else:
-                allocated += size
-                live.append(
-                    LiveBlock(
-                        block["address"],
-                        size,
-                        block.get("requested_size", size),
-                        stream,
-                        name,
-                        tuple(block.get("frames") or stacks.get(block["address"]) or ()),
-                    )
-                )
-    report = MemoryReport(
-        device=f"device {index}",
-        reserved=reserved,
-        allocated=allocated,
-        free_blocks=sorted(
-            (FreeBlocks(n, s, max(v), sum(v), len(v)) for (n, s), v in free.items()),
-            key=lambda f: (-f.largest, f.pool, f.stream),
-        ),
-        split_free_bytes=split_bytes,
-        split_free_blocks=split_count,
-        pending=dict(sorted(pending.items())),
-        private_pools=[PoolUse(n, r, a) for n, (r, a) in sorted(pools.items())],
-        largest_live=heapq.nlargest(10, live, key=lambda b: (b.size, -b.address)),
-        settings=settings.get("PYTORCH_CUDA_ALLOC_CONF") or "",
-        max_split_size=max_split,
-        expandable_oversize_free=oversize,
+    report = MemoryReport.from_segments(
+        segments,
+        f"device {index}",
+        settings.get("PYTORCH_CUDA_ALLOC_CONF") or "",
+        max_split,
+        bool(settings.get("expandable_segments")) or any(s.get("is_expandable") for s in segments),
+        bool(settings.get("cross_stream_reuse")),
+        stacks=stacks,
     )
     _add_request(report, snapshot, index)
-    report.findings = findings(report)
+    report.explain()
     if _trace(snapshot, index):
         report.history = snapshot
     return report
-
-
-def _trace(snapshot: dict, index: int) -> list[dict]:
-    traces = snapshot.get("device_traces") or []
-    return traces[index] if index < len(traces) else []
 
 
 def _add_request(report: MemoryReport, snapshot: dict, index: int) -> None:
@@ -175,6 +135,7 @@ def find_setting(
     capacity: int | None = None,
     jobs: int | None = None,
     device: int | None = None,
+    progress: Callable[..., None] | None = None,
 ) -> Suggestion | None:
     """Replay the history recorded up to the OOM under the candidate settings; the search
     (``vram.tools.suggest``), or None when there is no history or no OOM in it. Sets the
@@ -191,8 +152,10 @@ def find_setting(
     limit = capacity if capacity is not None else report.limit
     if limit is None:
         raise ValueError("capacity: the snapshot does not say the device's memory; give one")
-    result = suggest_settings(replayed, capacity=limit, jobs=jobs, device=index)
+    result = suggest_settings(replayed, capacity=limit, jobs=jobs, device=index, progress=progress)
     report.avoided_by = _verdict(result)
+    fix = result.makes_it_fit
+    report.avoided_how = [] if fix is None or result.baseline.fits else fix.how
     return result
 
 
@@ -210,42 +173,47 @@ def _verdict(result: Suggestion) -> str:
             f"peak ({format_bytes(result.lower_bound)}, each request rounded to 512 B) needs more "
             "than the device allows"
         )
+    flushed = f", after {fix.flushes} cache flushes" if fix.flushes else ""
+    checked = "" if fix.checked else "; a prediction no PyTorch run has checked"
     return (
-        f"{fix.how} (a replay of the recorded history fits: {format_bytes(fix.peak_reserved)} peak)"
+        f"{fix.settings or 'PyTorch defaults'} (a replay of the recorded history fits: "
+        f"{format_bytes(fix.peak_reserved)} peak{flushed}{checked}):"
     )
 
 
-def main_explain(argv: list[str] | None = None) -> int:
-    """``vram explain SNAPSHOT [--device N] [--capacity BYTES] [--no-replay] [--json]``."""
-    parser = argparse.ArgumentParser(
-        prog="vram explain",
-        description="Why memory ran out: the OOM report of a saved snapshot, and the "
-        "allocator setting that would have avoided it (found by replaying its history).",
+def fit_verdict(result: Suggestion) -> list[str]:
+    """Would the recorded run fit in ``result.capacity``, and under which setting: lines
+    of 80 columns, then the lines that ask for the setting (never wrapped)."""
+    cap = format_bytes(result.capacity)
+    base, at = result.baseline, result.at_capacity
+    if at is not None and not at.oom:
+        flushed = (
+            f", by flushing its cache {at.flushes} times" if at.flushes else " without flushing"
+        )
+        return wrap(
+            f"would the recorded run fit in {cap}: yes, under the recorded settings{flushed} "
+            f"(they need {format_bytes(base.peak_reserved)} at their peak on a device with room)."
+        )
+    fix = result.makes_it_fit
+    if fix is None:
+        return wrap(
+            f"would the recorded run fit in {cap}: no; none of the {result.replays} settings "
+            f"tried fits it (the live memory alone peaks at {format_bytes(result.lower_bound)})."
+        )
+    flushed = f", after {fix.flushes} cache flushes" if fix.flushes else ""
+    checked = "" if fix.checked else "; a prediction no PyTorch run has checked"
+    text = (
+        f"would the recorded run fit in {cap}: not under the recorded settings (they need "
+        f"{format_bytes(base.peak_reserved)}); yes with {fix.settings or 'PyTorch defaults'} "
+        f"({format_bytes(fix.peak_reserved)} at its peak{flushed}{checked}):"
     )
-    parser.add_argument("snapshot", help="a snapshot pickle (VRAM_OOM_SNAPSHOT's, PyTorch's)")
-    parser.add_argument("--device", type=int, default=None, help="the device index")
-    parser.add_argument("--capacity", metavar="BYTES", help="the device's memory, e.g. 80GiB")
-    parser.add_argument(
-        "--no-replay", action="store_true", help="do not search for the avoiding setting"
-    )
-    parser.add_argument("--jobs", type=int, default=None, help="replay processes")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = parser.parse_args(argv)
-    try:
-        capacity = None if args.capacity is None else parse_bytes(args.capacity, "--capacity")
-        report = report_from_snapshot(args.snapshot, args.device)
-        if args.device is not None and not report.reserved and report.history is None:
-            raise ValueError(f"--device: the snapshot holds nothing for device {args.device}")
-        result = None
-        if not args.no_replay and report.request is not None:
-            result = find_setting(report, capacity, args.jobs, args.device)
-    except (OSError, ValueError) as exc:
-        print(f"vram explain: error: {describe_error(exc)}", file=sys.stderr)
-        return 2
-    if args.json:
-        out: dict[str, Any] = report.as_dict()
-        out["search"] = None if result is None else result.as_dict()
-        print(json.dumps(out, indent=2))
-        return 0
-    print(report)
-    return 0
+    return [*wrap(text), *(f"    {line}" for line in fix.how)]
+
+
+def explain_lines(report: MemoryReport, oom: bool, fit: list[str] | None = None) -> list[str]:
+    """What ``vram explain`` prints: the report, whether there was an OOM at all, and
+    whether the run would fit (``fit_verdict``)."""
+    lines = str(report).split("\n")
+    if not oom:
+        lines.insert(1, "  there was no out-of-memory error: the snapshot records none")
+    return lines + list(fit or ())

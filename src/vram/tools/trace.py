@@ -1,59 +1,53 @@
 """``vram trace`` (run a program with allocation history on) and ``vram stats``.
 
     vram trace -o train.pickle -- python train.py --epochs 1
-    vram stats                      memory_summary of the default device (this process)
-    vram stats train.pickle         what a snapshot holds, per device
+    vram stats train.pickle         what a snapshot holds, per device, and its peaks
 
-``vram trace`` runs the program in this process (runpy), as ``python script.py``,
-``python -m module`` or ``python -c CODE`` would, with ``_record_memory_history`` on for the
-device's type, and writes the snapshot when the program ends, also when it fails or calls
-sys.exit. The output path is checked before the program starts.
+``trace_program`` runs the program in this process (runpy), as ``python script.py``,
+``python -m module`` or ``python -c CODE`` would, with ``_record_memory_history`` on for
+the device's type, and writes the snapshot when the program ends, also when it fails or
+calls sys.exit. It records vram's allocator only: the memory a program takes through vram
+(``vram.empty``, the raw API, and PyTorch's when vram is its allocator). PyTorch's own
+allocator is recorded by PyTorch: ``torch.cuda.memory._record_memory_history()`` early in
+the program and ``torch.cuda.memory._dump_snapshot(path)`` at its end; vram's tools read
+that snapshot as they read vram's.
+
+``peaks`` finds, over a snapshot's trace, the peaks of reserved, allocated and active
+memory (active: allocated, and freed but still waiting for work on another stream) with
+the event at which each was reached.
 """
 
 from __future__ import annotations
 
-import argparse
 import builtins
-import os
 import runpy
 import sys
 import traceback
 from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from .._device import as_device
 from .._units import format_bytes
-from ..memory._api import memory_summary
-from ..memory._snapshot import _dump_snapshot, _record_memory_history
-from ._output import check_output_path, console, describe_error, fitted
-from .replay import load_snapshot
-from .viz import check_device
+from ..memory import _dump_snapshot, _record_memory_history
+from .viz import ViewData, check_device
 
-__all__ = ["main_trace", "main_stats"]
-
-_PYTHONS = ("python", "python3")
-
-
-def _script_argv(command: list[str], parser: argparse.ArgumentParser) -> tuple[str, list[str], str]:
-    """(target, argv, kind) from ``python script.py ...``, ``script.py ...``, ``-m mod ...``
-    or ``-c CODE ...``; kind is "path", "module" or "code"."""
-    if command and (
-        os.path.basename(command[0]).startswith(_PYTHONS) or command[0] == sys.executable
-    ):
-        command = command[1:]
-    if not command:
-        parser.error("give the program to run after --, e.g. vram trace -- python train.py")
-    if command[0] in ("-m", "-c"):
-        if len(command) < 2:
-            parser.error(f"{command[0]} needs {'a module name' if command[0] == '-m' else 'code'}")
-        if command[0] == "-m":
-            return command[1], command[1:], "module"
-        return command[1], ["-c", *command[2:]], "code"
-    return command[0], command, "path"
+__all__ = [
+    "trace_program",
+    "run_program",
+    "snapshot_table",
+    "one_device",
+    "Peak",
+    "peaks",
+    "peak_table",
+]
 
 
-def _run(target: str, argv: list[str], kind: str) -> int:
-    """Run the program as __main__ with ``argv``; its exit status."""
+def run_program(target: str, argv: list[str], kind: str) -> int:
+    """Run the program as __main__ with ``argv`` (``kind``: "path", "module" or "code");
+    its exit status."""
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = list(argv)
     if kind == "path":
@@ -82,52 +76,29 @@ def _run(target: str, argv: list[str], kind: str) -> int:
     return 0
 
 
-def main_trace(argv: list[str] | None = None) -> int:
-    """``vram trace [-o OUT] [--device DEV] [--max-entries N] -- python script.py ARGS``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    own, command = (
-        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
-    )
-    parser = argparse.ArgumentParser(
-        prog="vram trace",
-        description="Run a Python program with allocation history on; write its snapshot.",
-        usage="vram trace [-o OUT] [--device DEV] [--max-entries N] -- python script.py [ARGS]",
-    )
-    parser.add_argument(
-        "-o", "--output", default="vram_snapshot.pickle", help="the snapshot to write"
-    )
-    parser.add_argument(
-        "--device", default=None, help="the device whose type to record (default: current)"
-    )
-    parser.add_argument("--max-entries", type=int, default=sys.maxsize, help="trace ring size")
-    parser.add_argument(
-        "--context",
-        default="all",
-        choices=("none", "state", "alloc", "all"),
-        help="stack frames kept",
-    )
-    options, rest = parser.parse_known_args(own)
-    if rest:
-        command = rest + command
-    target, script_argv, kind = _script_argv(command, parser)
+def trace_program(
+    target: str,
+    argv: list[str],
+    kind: str,
+    output: str | Path,
+    device: Any,
+    max_entries: int = sys.maxsize,
+    context: str | None = "all",
+    writing: Callable[[], AbstractContextManager] = nullcontext,
+) -> int:
+    """Run the program (``run_program``) with allocation history on for ``device``'s type
+    and write the snapshot to ``output`` when it ends, inside ``writing()`` (the CLI's
+    progress bar: the program's own output is left alone); the program's exit status.
+    Check ``output`` first (``output.check_output_path``): a run is not lost to a bad path."""
+    _record_memory_history("all", context, max_entries=max_entries, device=device)
     try:
-        if kind == "path" and not Path(target).is_file():
-            raise ValueError(f"{target}: no such file")
-        if kind == "code":
-            compile(target, "<string>", "exec")  # a syntax error is reported before the run
-        check_output_path(options.output, "-o/--output")
-        device = as_device(options.device, "--device")
-        context = None if options.context == "none" else options.context
-        _record_memory_history("all", context, max_entries=options.max_entries, device=device)
-    except (ValueError, SyntaxError) as exc:
-        print(f"vram trace: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
-    try:
-        status = _run(target, script_argv, kind)
+        status = run_program(target, argv, kind)
     finally:
-        _dump_snapshot(options.output, device)
-        _record_memory_history(None, device=device)
-    print(f"vram trace: wrote {options.output}", file=sys.stderr)
+        try:
+            with writing():
+                _dump_snapshot(str(output), device)
+        finally:
+            _record_memory_history(None, device=device)
     return status
 
 
@@ -135,8 +106,17 @@ def main_trace(argv: list[str] | None = None) -> int:
 _SHORT = ("device", "segments", "reserved", "allocated", "active", "trace events")
 
 
-def _snapshot_table(snapshot: dict, title: str, abbreviated: bool = False):
-    """What ``snapshot`` holds, one row per device; ``abbreviated``: the first columns only."""
+def _devices(snapshot: dict) -> list[int]:
+    segments_all = snapshot.get("segments") or []
+    traces = snapshot.get("device_traces") or []
+    return sorted(
+        {s.get("device", 0) for s in segments_all} | {i for i, t in enumerate(traces) if t}
+    )
+
+
+def snapshot_table(snapshot: dict, title: str, abbreviated: bool = False) -> Any:
+    """What ``snapshot`` holds at its end, one row per device; ``abbreviated``: the first
+    columns only."""
     from rich.table import Table
 
     names = (
@@ -158,10 +138,7 @@ def _snapshot_table(snapshot: dict, title: str, abbreviated: bool = False):
         table.add_column(name, justify="right", no_wrap=name != "device")
     segments_all = snapshot.get("segments") or []
     traces = snapshot.get("device_traces") or []
-    devices = sorted(
-        {s.get("device", 0) for s in segments_all} | {i for i, t in enumerate(traces) if t}
-    )
-    for device in devices:
+    for device in _devices(snapshot):
         segments = [s for s in segments_all if s.get("device", 0) == device]
         trace = traces[device] if device < len(traces) else []
         actions = Counter(e["action"] for e in trace)
@@ -185,7 +162,7 @@ def _snapshot_table(snapshot: dict, title: str, abbreviated: bool = False):
     return table
 
 
-def _one_device(snapshot: dict, device: str) -> dict:
+def one_device(snapshot: dict, device: str) -> dict:
     """``snapshot`` cut to one device, named by index ("1") or as "cuda:1" / "sim:1"."""
     text = device.rpartition(":")[2]
     if not text.isdecimal():
@@ -200,69 +177,52 @@ def _one_device(snapshot: dict, device: str) -> dict:
     }
 
 
-def _diff(options: argparse.Namespace) -> int:
-    """``vram stats A --diff B``: the tables of ``vram.tools.diff``."""
-    from .diff import diff_tables, snapshot_diff
+@dataclass(frozen=True)
+class Peak:
+    """The most memory of one kind a device held over its trace, and when."""
 
-    try:
-        if options.snapshot is None:
-            raise ValueError("--diff: give the snapshot to compare with first: A --diff B")
-        device = 0
-        if options.device is not None:
-            text = options.device.rpartition(":")[2]
-            if not text.isdecimal():
-                raise ValueError(f"--device: expected a device index, got {options.device!r}")
-            device = int(text)
-        result = snapshot_diff(options.snapshot, options.diff, device)
-    except (OSError, ValueError) as exc:
-        print(f"vram stats: error: {describe_error(exc)}", file=sys.stderr)
-        return 2
-    out = console()
-    for table in diff_tables(result):
-        out.print(fitted(table, out.width))
-    return 0
+    device: int
+    measure: str  # "reserved", "allocated" or "active"
+    bytes: int
+    event: int  # the trace entry after which it was reached (-1: before the first)
+    action: str  # that entry's action ("" before the first)
+    seconds: float  # since the trace's first entry
 
 
-def main_stats(argv: list[str] | None = None) -> int:
-    """``vram stats [SNAPSHOT] [--device DEV] [--abbreviated] [--diff OTHER]``."""
-    parser = argparse.ArgumentParser(
-        prog="vram stats",
-        description="memory_summary of a device of this process, or what a snapshot holds.",
-    )
-    parser.add_argument("snapshot", nargs="?", help="a snapshot pickle (PyTorch's or vram's)")
-    parser.add_argument(
-        "--device",
-        default=None,
-        help="the device (default: the default device; of a snapshot: all of its devices)",
-    )
-    parser.add_argument(
-        "--abbreviated",
-        action="store_true",
-        help="the short summary (of a snapshot: segments, reserved, allocated, active, events)",
-    )
-    parser.add_argument(
-        "--diff",
-        metavar="OTHER",
-        help="compare SNAPSHOT with OTHER: what grew and shrank, per stack frame and segment",
-    )
-    options = parser.parse_args(argv)
-    if options.diff is not None:
-        return _diff(options)
-    if options.snapshot is not None:
-        try:
-            snapshot = load_snapshot(options.snapshot)
-            if options.device is not None:
-                snapshot = _one_device(snapshot, options.device)
-        except (OSError, ValueError) as exc:
-            print(f"vram stats: error: {describe_error(exc)}", file=sys.stderr)
-            return 2
-        out = console()
-        table = _snapshot_table(snapshot, f"snapshot {options.snapshot}", options.abbreviated)
-        out.print(fitted(table, out.width))
-        return 0
-    try:
-        print(memory_summary(options.device, abbreviated=options.abbreviated), end="")
-    except ValueError as exc:
-        print(f"vram stats: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+def peaks(snapshot: dict) -> list[Peak]:
+    """Per device with a trace: the peaks of reserved, allocated and active bytes, with
+    the event at which each was first reached (what was live before the trace counted)."""
+    out = []
+    traces = snapshot.get("device_traces") or []
+    for device in _devices(snapshot):
+        trace = traces[device] if device < len(traces) else []
+        if not trace:
+            continue
+        view = ViewData.build(snapshot, device)
+        totals = view.totals()
+        t0 = trace[0].get("time_us", 0)
+        for measure in ("reserved", "allocated", "active"):
+            values = totals[measure]
+            moment = max(range(len(values)), key=values.__getitem__)  # the first maximum
+            event = moment - 1
+            entry = trace[event] if event >= 0 else {}
+            seconds = (entry.get("time_us", t0) - t0) / 1e6 if entry else 0.0
+            out.append(
+                Peak(device, measure, values[moment], event, entry.get("action", ""), seconds)
+            )
+    return out
+
+
+def peak_table(found: list[Peak], title: str) -> Any:
+    """``peaks`` as a table: device, measure, peak, at which event (action, time)."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for name in ("device", "peak of", "bytes", "at event", "action", "time"):
+        table.add_column(name, justify="left" if name in ("peak of", "action") else "right")
+    for p in found:
+        at = "before the trace" if p.event < 0 else str(p.event)
+        table.add_row(
+            str(p.device), p.measure, format_bytes(p.bytes), at, p.action, f"+{p.seconds:.3f} s"
+        )
+    return table

@@ -1,6 +1,6 @@
 // vram memory viewer: draws the data that vram/tools/viz.py embeds in the page.
 //
-// Data (JSON columns, see _ViewData.to_json): allocations and segment pieces as lifetimes
+// Data (JSON columns, see ViewData.to_json): allocations and segment pieces as lifetimes
 // [start, end) in event indices; start = -1 means "before the trace began", end = n "alive at
 // the end". The state after event m holds everything with start <= m < end.
 //

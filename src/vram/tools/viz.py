@@ -38,10 +38,18 @@ from pathlib import Path
 from typing import Any
 
 from .._units import format_bytes
-from ._output import check_output_path
 from ._snapshot_file import load_snapshot
+from .output import check_output_path
 
-__all__ = ["check_device", "load_snapshot", "snapshot_devices", "write_html", "write_png"]
+__all__ = [
+    "ViewData",
+    "check_device",
+    "check_png",
+    "load_snapshot",
+    "snapshot_devices",
+    "write_html",
+    "write_png",
+]
 
 _HERE = Path(__file__).resolve().parent
 _TEMPLATE = _HERE / "viz_template.html"
@@ -85,7 +93,7 @@ def write_html(
     check_device(snap, device)
     if title is None:
         title = Path(snapshot).name if isinstance(snapshot, (str, Path)) else "memory snapshot"
-    data = _ViewData.build(snap, device).to_json()
+    data = ViewData.build(snap, device).to_json()
     data["title"] = title
     # No "<", ">" or "&" inside <script> (a snapshot string could close it, or open a
     # comment); "\u003c" and the others are the same JSON strings.
@@ -98,6 +106,18 @@ def write_html(
     return out
 
 
+def check_png(argument: str = "png") -> None:
+    """ValueError naming ``argument`` and the extra to install when matplotlib, which draws
+    the PNG, is missing (call it before any other work)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ValueError(
+            f'{argument}: drawing a PNG needs matplotlib: pip install -e ".[plot]" '
+            "(or pip install matplotlib)"
+        ) from None
+
+
 def write_png(
     snapshot: dict | str | Path,
     out: str | Path,
@@ -106,8 +126,10 @@ def write_png(
 ) -> Path:
     """Draw the active-memory timeline of ``device`` with matplotlib and save it to ``out``.
 
-    ValueError if ``snapshot`` is not a snapshot or holds nothing for ``device``.
+    ValueError if ``snapshot`` is not a snapshot or holds nothing for ``device``, or when
+    matplotlib is missing (``check_png``).
     """
+    check_png()
     out = check_output_path(out, "out")
     snap = load_snapshot(snapshot)
     check_device(snap, device)
@@ -119,7 +141,7 @@ def write_png(
 
     if title is None:
         title = Path(snapshot).name if isinstance(snapshot, (str, Path)) else "memory snapshot"
-    view = _ViewData.build(snap, device)
+    view = ViewData.build(snap, device)
     layout = _Layout.compute(view)
     gib = float(1 << 30)
 
@@ -182,7 +204,7 @@ def check_device(snap: dict, device: int) -> None:
 
 
 @dataclass
-class _ViewData:
+class ViewData:
     """Lifetimes of allocations and segments in event indices; see Note [Trace begins late].
 
     Columns, one entry per allocation (``alloc_*``) or segment piece (``seg_*``). A segment
@@ -224,7 +246,7 @@ class _ViewData:
     _open_allocs: dict = field(default_factory=dict)  # address -> allocation live at the end
 
     @classmethod
-    def build(cls, snap: dict, device: int) -> _ViewData:
+    def build(cls, snap: dict, device: int) -> ViewData:
         traces = snap.get("device_traces") or []
         trace = traces[device] if device < len(traces) else []
         segments = [s for s in snap.get("segments", []) if s.get("device", 0) == device]
@@ -394,6 +416,28 @@ class _ViewData:
             self.stacks.append(list(ids))
         return self._stack_index[ids]
 
+    def totals(self) -> dict[str, list[int]]:
+        """Bytes "reserved" (segments), "allocated" (from alloc to free_requested) and
+        "active" (to free_completed: also frees waiting for another stream's work) after
+        each event; index m + 1 is the moment after event m, index 0 before the first."""
+        n = self.n
+        out = {}
+        for name, starts, ends, sizes in (
+            ("reserved", self.seg_start, self.seg_end, self.seg_size),
+            ("allocated", self.alloc_start, self.alloc_free_req, self.alloc_block),
+            ("active", self.alloc_start, self.alloc_end, self.alloc_block),
+        ):
+            deltas = [0] * (n + 2)
+            for start, end, size in zip(starts, ends, sizes, strict=True):
+                deltas[start + 1] += size
+                deltas[end + 1] -= size
+            values, now = [], 0
+            for delta in deltas[: n + 1]:
+                now += delta
+                values.append(now)
+            out[name] = values
+        return out
+
     def size_bits(self) -> tuple[int, int]:
         """The colour scale: bit lengths from the size below which the smallest allocations
         hold 1% of all allocated bytes, to the largest allocation."""
@@ -467,7 +511,7 @@ class _Layout:
     reserved_total: list[int]
 
     @classmethod
-    def compute(cls, view: _ViewData) -> _Layout:
+    def compute(cls, view: ViewData) -> _Layout:
         sizes = sorted(view.alloc_size, reverse=True)
         if not sizes:  # segments only: nothing to stack
             return cls._stack(view, 0)  # type: ignore[return-value]
@@ -483,7 +527,7 @@ class _Layout:
             count //= 2
 
     @classmethod
-    def _stack(cls, view: _ViewData, threshold: int) -> _Layout | None:
+    def _stack(cls, view: ViewData, threshold: int) -> _Layout | None:
         n = view.n
         starts: dict[int, int] = {}
         ends: dict[int, int] = {}

@@ -1,17 +1,37 @@
-"""What the tools print and write: consoles, tables that fit, progress, output paths."""
+"""What the tools and the ``vram`` command print and write: consoles, tables and text that
+fit, progress bars, output paths, one-line errors.
+
+Progress (``progress``) is drawn with rich on stderr, only when stderr is a terminal, only
+once the work has taken 2 s (quick commands print nothing), and never inside ``quiet()``
+(``--quiet``): a pipe or a file gets the results alone.
+"""
 
 from __future__ import annotations
 
 import io
 import os
+import textwrap
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["console", "fitted", "progress", "check_output_path", "describe_error"]
+__all__ = [
+    "console",
+    "fitted",
+    "wrap",
+    "progress",
+    "quiet",
+    "check_output_path",
+    "describe_error",
+]
 
 _WIDE = 120  # columns of output that is not a terminal (a file, a pipe), unless COLUMNS says
+_TEXT = 80  # columns of the tools' wrapped text
+_SHOW_AFTER = 2.0  # seconds of work before a progress bar appears
+_quiet = 0  # > 0 inside quiet(): no progress bars
+_timer = threading.Timer  # what shows a progress bar once the work has run _SHOW_AFTER
 
 
 def console() -> Any:
@@ -49,11 +69,45 @@ def fitted(table: Any, width: int) -> Any:
     return Group(*lines)
 
 
+def wrap(text: str, indent: str = "", first: str | None = None) -> list[str]:
+    """``text`` as lines of at most 80 columns, broken only between words (a setting such
+    as ``garbage_collection_threshold:0.8`` is never split); lines indented by ``indent``
+    (the first by ``first`` when given)."""
+    return textwrap.wrap(
+        text,
+        _TEXT,
+        initial_indent=indent if first is None else first,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [""]
+
+
 @contextmanager
-def progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
-    """A progress bar on stderr while the block runs, advanced by the function it yields;
-    shown only when stderr is a terminal (nothing is printed otherwise)."""
+def quiet() -> Iterator[None]:
+    """No progress bars while the block runs (``--quiet``)."""
+    global _quiet
+    _quiet += 1
+    try:
+        yield
+    finally:
+        _quiet -= 1
+
+
+@contextmanager
+def progress(
+    description: str, total: int = 1, enabled: bool = True
+) -> Iterator[Callable[..., None]]:
+    """A progress bar on stderr while the block runs, advanced by the function it yields
+    (``advance(n)``: n more units done; ``advance(0, total=N)``: the total is N now). Drawn
+    only when ``enabled``, stderr is a terminal, outside ``quiet()``, and once the block
+    has run 2 s (a timer starts it, so one long step shows it too); gone when it ends."""
     from rich.console import Console
+
+    stderr = Console(stderr=True)
+    if not enabled or _quiet or not stderr.is_terminal or total <= 0:
+        yield lambda n=1, total=None: None
+        return
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -62,19 +116,45 @@ def progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
         TimeElapsedColumn,
     )
 
-    stderr = Console(stderr=True)
-    if not stderr.is_terminal or total <= 0:
-        yield lambda n=1: None
-        return
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=stderr, transient=True) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda n=1: bar.advance(task, n)
+    bar = Progress(
+        *columns,
+        console=stderr,
+        transient=True,
+        redirect_stdout=False,  # the results stay on stdout
+        redirect_stderr=False,
+    )
+    task = bar.add_task(description, total=total)
+    lock = threading.Lock()
+    state = {"shown": False, "over": False}
+
+    def show() -> None:
+        with lock:
+            if not state["over"]:
+                bar.start()
+                state["shown"] = True
+
+    def advance(n: int = 1, total: int | None = None) -> None:
+        if total is not None:
+            bar.update(task, total=total)
+        bar.advance(task, n)
+
+    timer = _timer(_SHOW_AFTER, show)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield advance
+    finally:
+        timer.cancel()
+        with lock:
+            state["over"] = True
+            if state["shown"]:
+                bar.stop()
 
 
 def check_output_path(path: str | os.PathLike, argument: str) -> Path:
