@@ -158,6 +158,23 @@ from .ops._promotion import (
     result_type,
     set_default_dtype,
 )
+from .ops._random import (  # random numbers: Philox generators as PyTorch's CUDA one
+    Generator,
+    bernoulli,
+    get_rng_state,
+    initial_seed,
+    manual_seed,
+    normal,
+    rand,
+    rand_like,
+    randint,
+    randint_like,
+    randn,
+    randn_like,
+    randperm,
+    seed,
+    set_rng_state,
+)
 from .ops._reductions import (  # noqa: A004 - torch's names (sum, max, all) shadow builtins
     all,
     amax,

@@ -1127,6 +1127,11 @@ for _alias, _name in _ALIASES.items():
     if hasattr(Tensor, f"{_name}_"):
         setattr(Tensor, f"{_alias}_", getattr(Tensor, f"{_name}_"))
 
+# random numbers (vram.ops._random): t.normal_(mean, std), t.uniform_(from, to),
+# t.random_([from,] to), t.bernoulli_(p), t.bernoulli([p]); each takes generator=
+for _name in ("normal_", "uniform_", "random_", "bernoulli_", "bernoulli"):
+    setattr(Tensor, _name, _forward(_name, False))
+
 
 # ---- moving data between devices ---------------------------------------------------------
 

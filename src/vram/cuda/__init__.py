@@ -1,5 +1,6 @@
 """torch.cuda's names, for code written against PyTorch: ``vram.cuda.synchronize()``,
-``vram.cuda.memory_allocated()``, ``vram.cuda.Stream``, ``vram.cuda.tunable``...
+``vram.cuda.memory_allocated()``, ``vram.cuda.Stream``, ``vram.cuda.tunable``,
+``vram.cuda.manual_seed()`` (``vram.cuda.random``)...
 
 ``is_available()`` and ``device_count()`` speak of real CUDA GPUs only, as torch's do (so
 ``"cuda" if vram.cuda.is_available() else "cpu"`` picks the cpu on a machine without one).
@@ -48,7 +49,19 @@ from ..memory import (
     set_per_process_memory_fraction,
     use_mem_pool,
 )
-from . import tunable
+from . import random, tunable
+from .random import (
+    default_generators,
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
 
 __all__ = [
     "CUDAGraph",
@@ -60,6 +73,7 @@ __all__ = [
     "caching_allocator_delete",
     "current_device",
     "current_stream",
+    "default_generators",
     "default_stream",
     "device",
     "device_count",
@@ -67,10 +81,15 @@ __all__ = [
     "get_allocator_backend",
     "get_device_name",
     "get_device_properties",
+    "get_rng_state",
+    "get_rng_state_all",
     "graph",
     "graph_pool_handle",
+    "initial_seed",
     "is_available",
     "make_graphed_callables",
+    "manual_seed",
+    "manual_seed_all",
     "max_memory_allocated",
     "max_memory_reserved",
     "mem_get_info",
@@ -81,9 +100,14 @@ __all__ = [
     "memory_summary",
     "reset_accumulated_memory_stats",
     "reset_max_memory_allocated",
+    "random",
     "reset_peak_memory_stats",
+    "seed",
+    "seed_all",
     "set_device",
     "set_per_process_memory_fraction",
+    "set_rng_state",
+    "set_rng_state_all",
     "set_stream",
     "stream",
     "tunable",

@@ -10,6 +10,13 @@ one launch.
   used during capture, outputs read from the tensors made during capture).
 - ``with vram.graph(g):`` does what PyTorch's does: synchronizes the device, empties the
   cache, makes a side stream current and captures on it.
+- Random numbers: a generator registered with the graph (``register_generator_state``; the
+  default generator of the capture's device always is, as PyTorch's) draws from a device
+  state that each replay sets and advances, so replays draw new numbers (vram.ops._random,
+  Note [Graph-safe generators]). Registered generators take part through three calls:
+  ``capture_prologue()`` before the capture begins, ``capture_epilogue()`` when it ends
+  (how far one replay advances the generator, and the graph's device state for it, which
+  the graph keeps), ``replay_prologue(state, increment, stream)`` before each replay.
 
 Illegal work during capture (synchronizing, querying an event recorded in it, a device
 malloc or empty_cache from a thread the capture forbids it, ...) raises an error naming
@@ -21,6 +28,7 @@ either way.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -35,9 +43,24 @@ from ..memory._api import empty_cache
 from ..memory._graph_pools import graph_pool_handle
 from ..memory._registry import allocator_for
 
-__all__ = ["CUDAGraph", "graph", "graph_pool_handle", "is_current_stream_capturing"]
+__all__ = [
+    "CUDAGraph",
+    "graph",
+    "graph_pool_handle",
+    "is_current_stream_capturing",
+    "register_default_generator",
+]
 
 _debug = False  # enable_debug_mode(): graphs are kept after instantiation for debug_dump
+
+# Each gives the default generator of a device, which every capture on that device registers
+# (vram's random numbers add theirs when imported, through register_default_generator).
+_default_generators: list[Callable[[Device], Any]] = []
+
+
+def register_default_generator(get: Callable[[Device], Any]) -> None:
+    """Have every capture register ``get(device)``, the capture device's default generator."""
+    _default_generators.append(get)
 
 
 def is_current_stream_capturing() -> bool:
@@ -68,6 +91,22 @@ class CUDAGraph:
         self._exec: int | None = None  # the instantiated graph
         self._launch: Any = None  # graph_launch bound to the exec: replay's one call
         self._capture_ended = False
+        self._generators: list[Any] = []  # registered generators
+        self._replays: tuple[tuple[Any, Any, int], ...] = ()  # (generator, state, increment)
+
+    def register_generator_state(self, generator: Any) -> None:
+        """Make ``generator`` (a vram.Generator) draw new numbers at each replay of what it
+        draws during this graph's capture (torch's CUDAGraph.register_generator_state);
+        before ``capture_begin``. The current device's default generator needs no call."""
+        for method in ("capture_prologue", "capture_epilogue", "replay_prologue"):
+            if not callable(getattr(generator, method, None)):
+                raise TypeError(
+                    f"generator: expected a vram.Generator, got {type(generator).__name__}"
+                )
+        if self._route is not None:
+            raise RuntimeError("Cannot register the state during capturing stage.")
+        if all(g is not generator for g in self._generators):
+            self._generators.append(generator)
 
     # ---- capture ---------------------------------------------------------------------
     def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
@@ -109,11 +148,21 @@ class CUDAGraph:
             return capture_id[0] != 0 and driver.stream_capture_info(handle).id == capture_id[0]
 
         route = _graph_pools.begin_allocate_to_pool(allocator, pool_id, captures_here)
+        for get in _default_generators:
+            default = get(device)
+            if all(g is not default for g in self._generators):
+                self._generators.append(default)
+        started = []
         try:
+            for generator in self._generators:  # before the capture: may allocate their state
+                generator.capture_prologue()
+                started.append(generator)
             driver.stream_begin_capture(stream.cuda_stream, capture_error_mode)
         except BaseException:
             _graph_pools.end_allocate_to_pool(allocator, route)
             _graph_pools.release_pool(allocator, pool_id)
+            for generator in started:
+                generator.capture_epilogue()
             raise
         capture_id[0] = driver.stream_capture_info(stream.cuda_stream).id
         self._device, self._capture_stream = device, stream
@@ -159,10 +208,23 @@ class CUDAGraph:
             _graph_pools.end_allocate_to_pool(allocator, route)
             _graph_pools.release_pool(allocator, self._pool_id)  # type: ignore[arg-type]
             self._route, self._capture_id[0] = None, 0
+            self._end_generators()
+            self._replays = ()
             raise
         _graph_pools.end_allocate_to_pool(allocator, route)
         self._route, self._capture_id[0] = None, 0
+        self._end_generators()
         return graph
+
+    def _end_generators(self) -> None:
+        """The capture is over: the registered generators leave capture mode; those that
+        drew give their device state and how far one replay advances them."""
+        replays = []
+        for generator in self._generators:
+            increment, state = generator.capture_epilogue()
+            if increment:
+                replays.append((generator, state, increment))
+        self._replays = tuple(replays)
 
     def _abandon_capture(self) -> None:
         """End a capture whose recording raised: the driver's capture, the allocator's
@@ -210,6 +272,8 @@ class CUDAGraph:
         device = self._device
         # current_stream(device), without its argument checks: a replay is host time
         stream = _current.current.get(device) or _defaults.get(device) or default_stream(device)
+        for generator, state, increment in self._replays:
+            generator.replay_prologue(state, increment, stream.cuda_stream)
         launch(stream.cuda_stream)
 
     def reset(self) -> None:
@@ -219,6 +283,7 @@ class CUDAGraph:
         if device is None:
             return
         driver = device.driver
+        self._replays = ()  # the generators' states in the pool go first
         if self._capture_ended:
             _graph_pools.release_pool(allocator_for(device), self._pool_id)  # type: ignore[arg-type]
             self._capture_ended = False
