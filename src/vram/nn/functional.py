@@ -1,5 +1,6 @@
 """torch.nn.functional: ``linear`` (with cuBLASLt's fused epilogues), the activations,
-``softmax``, ``log_softmax``, ``layer_norm`` and ``scaled_dot_product_attention``."""
+``softmax``, ``log_softmax``, ``layer_norm``, ``scaled_dot_product_attention`` and
+``dropout``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from .._tensor import Tensor
 from ..blas import _checks, addmm, matmul
-from ..ops import _math, _softmax
+from ..ops import _math, _random, _softmax
 from ..ops._layer_norm import layer_norm
 from ._attention import scaled_dot_product_attention
 
@@ -23,6 +24,7 @@ __all__ = [
     "log_softmax",
     "layer_norm",
     "scaled_dot_product_attention",
+    "dropout",
 ]
 
 
@@ -114,3 +116,34 @@ def log_softmax(
     if dim is None and isinstance(input, Tensor):
         dim = _softmax_dim("log_softmax", input.ndim, _stacklevel)
     return _softmax.log_softmax(input, dim, dtype)
+
+
+_DTYPE_NAMES = {"int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long"}
+
+
+def dropout(
+    input: Tensor,  # noqa: A002 - torch's name
+    p: float = 0.5,
+    training: bool = True,
+    inplace: bool = False,
+    generator: Any = None,
+) -> Tensor:
+    """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``
+    (torch.nn.functional.dropout), drawing from ``generator`` (the device's default when
+    None; vram's addition). Not ``training``, ``p == 0`` or no elements: ``input`` itself;
+    ``p == 1``: ``input * 0``. Otherwise one fused kernel (new numbers at each replay of a
+    captured graph); its mask is not PyTorch's for the same seed (PyTorch's fused dropout
+    kernel lays out its draws differently)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"input: expected a vram.Tensor, got {type(input).__name__}")
+    p = float(p)
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not input.dtype.is_floating_point:
+        name = _DTYPE_NAMES.get(input.dtype.name, input.dtype.name)
+        raise RuntimeError(f"result type Float can't be cast to the desired output type {name}")
+    if not training or p == 0.0 or input.numel() == 0:
+        return input
+    if p == 1.0:
+        return input.mul_(0) if inplace else input * 0
+    return _random.native_dropout(input, p, generator, inplace)
