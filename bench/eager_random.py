@@ -2,9 +2,10 @@
 and CuPy, interleaved round by round in one process, microseconds per call over a batch of
 calls with one synchronize at its end (the median of the rounds).
 
-Rows: ``randn(1024)`` (the issue's), ``rand(1024)`` and ``dropout`` of 1,024 floats
-(vram.nn.functional.dropout, torch.nn.functional.dropout; CuPy has none). ``measure()`` is
-what bench/eager.py imports; ``--device sim:0`` runs vram alone, to check the script.
+Rows: ``randn(1024)`` (the issue's, also a row of bench/eager.py), ``rand(1024)`` and
+``dropout`` of 1,024 floats (vram.nn.functional.dropout, torch.nn.functional.dropout; CuPy
+has none). ``measure()`` is importable; ``--device sim:0`` runs vram alone, to check the
+script.
 
     python bench/eager_random.py [--device cuda:0] [--rounds 15] [--calls 2000] [--out DIR]
 """
@@ -13,12 +14,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-import vram
-import vram.nn.functional as F
-from _common import device_from_arguments, write_results
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import vram  # noqa: E402
+import vram.nn.functional as F  # noqa: E402
+from _common import device_from_arguments, write_results  # noqa: E402
 
 SIZE = 1024
 

@@ -1131,6 +1131,7 @@ for _alias, _name in _ALIASES.items():
 # t.random_([from,] to), t.bernoulli_(p), t.bernoulli([p]); each takes generator=
 for _name in ("normal_", "uniform_", "random_", "bernoulli_", "bernoulli"):
     setattr(Tensor, _name, _forward(_name, False))
+    getattr(Tensor, _name).__doc__ = f"torch.Tensor.{_name} (vram.ops._random)."
 
 
 # ---- moving data between devices ---------------------------------------------------------

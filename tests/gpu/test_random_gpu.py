@@ -90,21 +90,23 @@ def test_gpu_normals_match_sim_within_rounding(dt, rtol, atol, n):
 
 
 def test_capture_replays_on_the_gpu_match_sim():
+    def step():
+        return vram.rand(100_000), vram.randint(0, 10, (1000,)), F.dropout(vram.ones(5000), 0.5)
+
     found = {}
     for device in (GPU, SIM):
-        vram.manual_seed(77)
         with vram.device(device):
+            step()  # warm up: plans built and kernels loaded before the capture
+            generator = vram.manual_seed(77)  # the current device's default generator
             g = vram.CUDAGraph()
             with vram.graph(g):
-                u = vram.rand(100_000)
-                k = vram.randint(0, 10, (1000,))
-                d = F.dropout(vram.ones(5000), 0.5)
+                outputs = step()
             rows = []
             for _ in range(3):
                 g.replay()
-                rows.append([t.numpy().copy() for t in (u, k, d)])
+                rows.append([t.numpy().copy() for t in outputs])
             found[device] = rows
-            assert vram.cuda.default_generators[0].get_offset() == 3 * (4 + 4 + 4)
+            assert generator.get_offset() == 3 * (4 + 4 + 4)
     for i, (gpu_row, sim_row) in enumerate(zip(found[GPU], found[SIM], strict=True)):
         for name, a, b in zip(("rand", "randint", "dropout"), gpu_row, sim_row, strict=True):
             bitwise(f"replay {i} {name}", a, b)
@@ -113,13 +115,18 @@ def test_capture_replays_on_the_gpu_match_sim():
 
 def test_capture_replays_equal_eager_draws_at_their_offsets():
     with vram.device(GPU):
+        other = vram.Generator(GPU)
+
+        def step():
+            return vram.randn(4096), vram.randperm(777, generator=other)
+
+        step()  # warm up
         vram.manual_seed(78)
-        other = vram.Generator(GPU).manual_seed(5)
+        other.manual_seed(5)
         g = vram.CUDAGraph()
         g.register_generator_state(other)
         with vram.graph(g):
-            n = vram.randn(4096)
-            p = vram.randperm(777, generator=other)
+            n, p = step()
         replays = []
         for _ in range(2):
             g.replay()
@@ -127,8 +134,9 @@ def test_capture_replays_equal_eager_draws_at_their_offsets():
         vram.manual_seed(78)
         other.manual_seed(5)
         for normal, perm in replays:
-            assert np.array_equal(vram.randn(4096).numpy(), normal)
-            assert np.array_equal(vram.randperm(777, generator=other).numpy(), perm)
+            eager_normal, eager_perm = step()
+            assert np.array_equal(eager_normal.numpy(), normal)
+            assert np.array_equal(eager_perm.numpy(), perm)
         assert not np.array_equal(replays[0][0], replays[1][0])
 
 

@@ -118,9 +118,6 @@ def log_softmax(
     return _softmax.log_softmax(input, dim, dtype)
 
 
-_DTYPE_NAMES = {"int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long"}
-
-
 def dropout(
     input: Tensor,  # noqa: A002 - torch's name
     p: float = 0.5,
@@ -140,10 +137,12 @@ def dropout(
     if p < 0.0 or p > 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not input.dtype.is_floating_point:
-        name = _DTYPE_NAMES.get(input.dtype.name, input.dtype.name)
-        raise RuntimeError(f"result type Float can't be cast to the desired output type {name}")
+        raise RuntimeError(
+            "result type Float can't be cast to the desired output type "
+            f"{_math._torch_name(input.dtype)}"
+        )
     if not training or p == 0.0 or input.numel() == 0:
         return input
     if p == 1.0:
         return input.mul_(0) if inplace else input * 0
-    return _random.native_dropout(input, p, generator, inplace)
+    return _random.fused_dropout(input, p, generator, inplace)

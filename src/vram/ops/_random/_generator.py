@@ -64,7 +64,8 @@ _STATE = struct.Struct("<QQ")  # get_state's bytes: seed, offset (PyTorch's CUDA
 
 # How many generators are in capture mode (all devices): the draws look at their stream's
 # capture status only while some are, so an eager draw asks the driver nothing.
-_captures = [0]
+_captures = [0]  # guarded by _captures_lock
+_captures_lock = threading.Lock()
 
 
 def capturing() -> bool:
@@ -251,14 +252,16 @@ class Generator:
                 self._intragraph = 0
                 self._capture_state = None
             self._capturing += 1
+        with _captures_lock:
             _captures[0] += 1
 
     def capture_epilogue(self) -> tuple[int, Storage | None]:
         """The capture ended (or failed): (how far one replay advances the offset, the
         graph's device state, None when it drew nothing), for the graph to keep."""
+        with _captures_lock:
+            _captures[0] -= 1
         with self._lock:
             self._capturing -= 1
-            _captures[0] -= 1
             found = self._intragraph, self._capture_state
             if not self._capturing:
                 self._capture_state = None
