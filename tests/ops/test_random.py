@@ -711,10 +711,36 @@ def test_random_kernels_compile():
     assert all(program.lowered_names[name].startswith("_Z") for name in names)
 
 
-def test_kernel_and_reference_share_their_constants():
-    from vram.ops._launch import kernel_source
+def test_warm_lists_every_instance_the_plans_launch():
+    from vram.ops import warm
+    from vram.ops._plans import PLANS
+    from vram.ops._random._draw import DrawPlan
 
-    text = kernel_source("random")
+    listed = set(warm.INSTANCES["random"]())
+    for dt in (vram.float16, vram.float64, vram.int8, vram.bool):
+        t = vram.empty(10, dtype=dt)
+        t.random_()
+        t.random_(-(2**63) if dt is vram.float64 else 0, None)
+        t.bernoulli_(0.5).bernoulli_(vram.full((10,), 0.5))
+        if dt.is_floating_point:
+            t.uniform_().normal_()
+            F.dropout(t, 0.5)
+        if dt is not vram.bool:
+            vram.randperm(10, dtype=dt)
+    launched = {
+        (launch.work.source, launch.entry)
+        for plan in PLANS.values()
+        if isinstance(plan, DrawPlan)
+        for launch in plan.launches
+    }
+    assert len(launched) >= 20
+    assert launched <= listed
+
+
+def test_kernel_and_reference_share_their_constants():
+    from vram.ops._kernels import KERNEL_DIR
+
+    text = (KERNEL_DIR / "random.cu").read_text()
     assert f"constexpr int kPermuteRounds = {_philox.PERMUTE_ROUNDS};" in text
     assert f"constexpr int kBlock = {_philox.BLOCK};" in text
 

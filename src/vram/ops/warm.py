@@ -30,6 +30,7 @@ from . import _attention
 from ._math import ADDCDIV, ADDCMUL, BINARY, CLAMP, LERP, NAN_TO_NUM, UNARY, WHERE
 from ._pointwise import COPY, FILL, PointwiseOp, plan_for
 from ._promotion import kind
+from ._random import _draw as _random_draw
 
 __all__ = ["pointwise_instances", "warm", "main", "INSTANCES"]
 
@@ -97,6 +98,7 @@ def pointwise_instances(
 INSTANCES: dict[str, Callable[..., list[Instance]]] = {
     "pointwise": pointwise_instances,
     "attention": _attention.instances,
+    "random": _random_draw.instances,
 }
 
 _sources: dict[int, str] = {}

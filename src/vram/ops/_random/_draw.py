@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..._device import Device
-from ..._dtypes import dtype, float64
+from ..._dtypes import all_dtypes, bool_, dtype, float64
 from ..._streams import current_handle
 from ...driver._work import Arg, Kernel, Launch, View
 from .._plans import PLANS, launcher
@@ -37,6 +37,7 @@ __all__ = [
     "DROPOUT",
     "draw_plan",
     "randperm_plan",
+    "instances",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -140,11 +141,12 @@ class DrawPlan:
     """One launch shape of one random kernel: ``plan(generator, ptr, *fields)`` draws into
     the dense memory at ``ptr`` on the current stream."""
 
-    __slots__ = ("device", "increment", "run", "captured")
+    __slots__ = ("device", "increment", "launches", "run", "captured")
 
     def __init__(self, device: Device, increment: int, launch: Launch, captured: Launch) -> None:
         self.device = device
         self.increment = increment
+        self.launches = (launch, captured)
         self.run = launcher(device, launch)
         self.captured = None if device.type == "cpu" else launcher(device, captured)
 
@@ -178,14 +180,44 @@ def draw_plan(kind: DrawKind, sampler: str, dt: dtype, numel: int, device: Devic
     return plan
 
 
-def _build_draw(kind: DrawKind, sampler: str, dt: dtype, numel: int, device: Device) -> DrawPlan:
-    acc_char = "d" if sampler in ("uniform64", "normal64") or dt is float64 else "f"
-    acc = np.dtype(np.float64 if acc_char == "d" else np.float32)
-    fmt = kind.fields.replace("a", acc_char)
-    c_acc = "double" if acc_char == "d" else "float"
+def _accumulates_in(sampler: str, dt: dtype) -> str:
+    """The struct format of a draw's accumulate type: "d" (double) or "f" (float)."""
+    return "d" if sampler in ("uniform64", "normal64") or dt is float64 else "f"
+
+
+def _entry(kind: DrawKind, sampler: str, dt: dtype) -> str:
+    """The kernel instance of a draw, as C++ names it."""
+    c_acc = "double" if _accumulates_in(sampler, dt) == "d" else "float"
     args = f"{dt.c_type}, {c_acc}" if kind.accumulates else dt.c_type
     transform = f"vram::rng::{kind.transform}<{args}>"
-    entry = f"vram::rng::draw<vram::rng::{_SAMPLERS[sampler]}, {dt.c_type}, {transform}>"
+    return f"vram::rng::draw<vram::rng::{_SAMPLERS[sampler]}, {dt.c_type}, {transform}>"
+
+
+def instances() -> list[tuple[str, str]]:
+    """Every instance a random plan may launch, as (source, name expression): for warm."""
+    floats = [dt for dt in all_dtypes if dt.is_floating_point]
+    reals = [dt for dt in all_dtypes if not dt.is_complex]
+    found = set()
+    for dt in floats:
+        wide = dt is float64
+        found.add(_entry(UNIFORM, "uniform64" if wide else "uniform32", dt))
+        found.add(_entry(NORMAL, "normal64" if wide else "normal32", dt))
+        found.add(_entry(DROPOUT, "uniform32", dt))
+    for dt in reals:
+        uniform = "uniform64" if dt is float64 else "uniform32"
+        found.update(_entry(FROM_TO, bits, dt) for bits in ("bits32", "bits64"))
+        found.update(_entry(kind, uniform, dt) for kind in (BERNOULLI, BERNOULLI_TENSOR))
+        if dt is not bool_:
+            found.add(f"vram::rng::randperm<{dt.c_type}>")
+    found.add("vram::rng::set_state")
+    return [(source(), entry) for entry in sorted(found)]
+
+
+def _build_draw(kind: DrawKind, sampler: str, dt: dtype, numel: int, device: Device) -> DrawPlan:
+    acc_char = _accumulates_in(sampler, dt)
+    acc = np.dtype(np.float64 if acc_char == "d" else np.float32)
+    fmt = kind.fields.replace("a", acc_char)
+    entry = _entry(kind, sampler, dt)
     threads = _philox.threads(numel)
     params = (Arg("P"), np.int64(numel), Arg("Q"), Arg("Q"), Arg("P"), Arg(fmt))
     pointed = dt.np if kind.input_typed else acc

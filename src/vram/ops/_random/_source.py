@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from functools import cache
 
-from .. import _launch
+from .._kernels import KERNEL_DIR
 
 __all__ = ["source"]
 
 
 @cache
 def source() -> str:
-    folder = _launch.KERNEL_DIR
-    return (folder / "common.cuh").read_text() + (folder / "random.cu").read_text()
+    return (KERNEL_DIR / "common.cuh").read_text() + (KERNEL_DIR / "random.cu").read_text()
