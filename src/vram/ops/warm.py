@@ -149,13 +149,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=None, help="processes (every core)")
     parser.add_argument("--ops", default=None, help="comma-separated op names (all)")
     parser.add_argument("--dtypes", default=None, help="comma-separated dtype names (all)")
+    parser.add_argument(
+        "--families", default=None, help=f"comma-separated: {', '.join(INSTANCES)} (all)"
+    )
     options = parser.parse_args(argv)
     try:
-        instances = pointwise_instances(
-            options.ops.split(",") if options.ops else None,
-            options.dtypes.split(",") if options.dtypes else None,
-        )
-        count = warm(instances, options.arch, options.jobs)
+        families = options.families.split(",") if options.families else list(INSTANCES)
+        unknown = [f for f in families if f not in INSTANCES]
+        if unknown:
+            raise ValueError(
+                f"--families: unknown {', '.join(unknown)} (of {', '.join(INSTANCES)})"
+            )
+        instances = []
+        for family in families:
+            if family == "pointwise":
+                instances += pointwise_instances(
+                    options.ops.split(",") if options.ops else None,
+                    options.dtypes.split(",") if options.dtypes else None,
+                )
+            else:
+                instances += INSTANCES[family]()
+        count = warm(sorted(set(instances)), options.arch, options.jobs)
     except (TypeError, ValueError) as exc:
         print(f"vram.ops.warm: {exc}", file=sys.stderr)
         return 2
