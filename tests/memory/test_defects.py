@@ -3,6 +3,7 @@ and of the memory API's argument checks: each failed before its fix."""
 
 from __future__ import annotations
 
+import gc
 import warnings
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import vram
 from vram.memory import (
     _api,
+    _config,
     _uncached,
     allocator_for,
     caching_allocator_alloc,
@@ -248,3 +250,39 @@ def test_the_default_stream_is_written_as_pytorchs_0(sim0):
     assert [e["stream"] for e in allocs] == [0, side.cuda_stream]
     caching_allocator_delete(ptr)
     caching_allocator_delete(other)
+
+
+# ---- issue 32: a caught OOM, record_use events, workspaces under empty_cache -----------------
+@pytest.fixture(params=["native", "no caching", "cudaMallocAsync"])
+def each_backend(request, monkeypatch, sim0):
+    """sim:0's allocator made under each backend the README lists."""
+    if request.param == "no caching":
+        monkeypatch.setenv("VRAM_NO_CACHING", "1")
+    elif request.param == "cudaMallocAsync":
+        monkeypatch.setenv("VRAM_ALLOC_CONF", "backend:cudaMallocAsync")
+    _config.set_default_config(None)
+    return allocator_for(sim0)
+
+
+def test_a_caught_oom_gives_the_failed_attempts_memory_back_at_once(each_backend, capacity):
+    """"Catch the OOM, halve the batch, retry": the failed attempt's tensors are gone when
+    the except clause ends, without the cyclic garbage collector (malloc's frame kept the
+    error, whose traceback kept the frames that held them)."""
+    capacity(64 * MiB)
+
+    def attempt() -> None:
+        held = [vram.empty(8 * MiB, dtype=vram.uint8) for _ in range(4)]
+        vram.empty(64 * MiB, dtype=vram.uint8)  # out of memory
+        del held
+
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        try:
+            attempt()
+        except vram.OutOfMemoryError:
+            pass
+        assert vram.memory.memory_allocated() == 0
+    finally:
+        if collecting:
+            gc.enable()

@@ -160,7 +160,10 @@ class AsyncAllocator(FreesDropped):
             return ptr
         with self._lock:
             error = self._out_of_memory(size, stream)
-        raise error
+        try:
+            raise error
+        finally:  # (no cycle through this frame: see DeviceCachingAllocator.malloc)
+            del error
 
     def record_stream(self, ptr: int, stream: int) -> None:
         """The allocation at ``ptr`` is used on ``stream`` too: its free waits for the work

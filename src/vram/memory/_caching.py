@@ -131,7 +131,10 @@ class DeviceCachingAllocator(FreesDropped):
                 observer(*report)
             except Exception:  # an observer must not hide the OOM itself
                 pass
-        raise error
+        try:
+            raise error
+        finally:  # (this frame must not keep the error: its traceback holds the frame, and
+            del error  # the caller's frames with the failed attempt's tensors, in a cycle)
 
     def record_stream(self, ptr: int, stream: int) -> None:
         """The allocation at ``ptr`` is used on ``stream`` (PyTorch's recordStream)."""
