@@ -286,3 +286,29 @@ def test_a_caught_oom_gives_the_failed_attempts_memory_back_at_once(each_backend
     finally:
         if collecting:
             gc.enable()
+
+
+def _events_on_free_blocks(allocator) -> int:
+    with allocator.locked():
+        return sum(len(b.use_events or ()) for b in allocator.all_blocks())
+
+
+def test_record_use_events_do_not_pile_up_on_the_free_remainder(sim0):
+    """The README's pattern in a loop (allocate, use on a side stream, record_use, free):
+    the free rest of the segment keeps one event per stream, not one per iteration."""
+    side, sim, allocator = vram.Stream(), vram.sim.driver(), allocator_for(sim0)
+    with vram.sim.deferred():
+        sim.enqueue(side.cuda_stream, lambda: None)  # the side stream is busy throughout
+        events = len(sim._events)
+        for _ in range(300):
+            x = vram.empty(256, device=sim0)
+            sim.enqueue(side.cuda_stream, lambda: None)  # the side stream's read of x
+            x.record_use(side)
+            del x
+        assert _events_on_free_blocks(allocator) == 1  # the newest of the side stream
+        assert len(sim._events) - events <= 2
+    vram.sim.run()
+    x = vram.empty(256, device=sim0)  # the side stream's events have completed: dropped
+    x.record_use(side)
+    del x
+    assert _events_on_free_blocks(allocator) == 0

@@ -505,6 +505,8 @@ class DeviceCachingAllocator(FreesDropped):
         size, requested = block.size, block.requested_size
         split_blocks, split_bytes = self._free_block(block)
         self.stats.free(segment.pool.is_small, size, requested, split_blocks, split_bytes)
+        if block.use_events:
+            lifetimes.prune(block)
 
     def _free_block(self, block: Block) -> tuple[int, int]:
         """Return a block whose uses are over to its pool, merged with free neighbours;

@@ -333,7 +333,12 @@ class Pool:
 
 
 def _union(mine: list | None, theirs: list) -> list:
-    """The record_use events of two merged blocks (each event once)."""
-    if not mine:
-        return list(theirs)
-    return mine + [event for event in theirs if event not in mine]
+    """The record_use events of two merged blocks: the newest of each stream (a wait on it
+    covers the earlier ones there)."""
+    newest: dict[tuple[int, int], Any] = {}
+    for event in (*(mine or ()), *theirs):
+        key = (event.device, event.stream)
+        found = newest.get(key)
+        if found is None or event.seq > found.seq:
+            newest[key] = event
+    return list(newest.values())
