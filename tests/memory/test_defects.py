@@ -4,6 +4,7 @@ and of the memory API's argument checks: each failed before its fix."""
 from __future__ import annotations
 
 import gc
+import threading
 import warnings
 
 import numpy as np
@@ -312,3 +313,36 @@ def test_record_use_events_do_not_pile_up_on_the_free_remainder(sim0):
     x.record_use(side)
     del x
     assert _events_on_free_blocks(allocator) == 0
+
+
+def test_an_empty_cache_on_another_thread_leaves_a_handed_out_workspace_alone(sim0):
+    """get_workspace promises the buffer until this thread's next call: an empty_cache() on
+    another thread between the hand-out and the library's launch must not free it, or the
+    next allocation on the stream (a freshly zeroed tensor) gets the library's scratch."""
+    stream = vram.current_stream()
+    neighbour = vram.empty(4 * MiB, dtype=vram.uint8)  # keeps the segment from going back
+    handed_out, emptied = threading.Event(), threading.Event()
+    zeroed: list = []
+
+    def library_call() -> None:
+        vram.set_device(sim0)
+        ptr = vram.memory.get_workspace(4 * MiB, library="cublas", stream=stream)
+        handed_out.set()
+        emptied.wait()
+        fill(ptr, 4 * MiB, 0xAB, stream)  # the launch: scratch writes over the workspace
+
+    def other_thread() -> None:
+        vram.set_device(sim0)
+        handed_out.wait()
+        vram.memory.empty_cache()
+        zeroed.append(vram.zeros(MiB, dtype=vram.float32, device=sim0))  # 4 MiB
+        emptied.set()
+
+    threads = [threading.Thread(target=library_call), threading.Thread(target=other_thread)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    vram.sim.run()
+    assert (zeroed[0].numpy() == 0).all()
+    del neighbour
