@@ -266,7 +266,7 @@ def each_backend(request, monkeypatch, sim0):
 
 
 def test_a_caught_oom_gives_the_failed_attempts_memory_back_at_once(each_backend, capacity):
-    """"Catch the OOM, halve the batch, retry": the failed attempt's tensors are gone when
+    """Catch the OOM, halve the batch, retry: the failed attempt's tensors are gone when
     the except clause ends, without the cyclic garbage collector (malloc's frame kept the
     error, whose traceback kept the frames that held them)."""
     capacity(64 * MiB)

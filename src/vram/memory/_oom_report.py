@@ -34,12 +34,15 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import OutOfMemoryError
 from .._units import format_bytes, format_size
+from ._caching import DeviceCachingAllocator, register_oom_report
 from ._config import SIZE_MAX
 from ._history import frames_to_dicts
 from ._pool import UNMAPPED
+from ._registry import _allocators, allocator_for
+from ._snapshot import _segment, _snapshot
+from ._workspace import workspace_label
 
 if TYPE_CHECKING:
-    from ._caching import DeviceCachingAllocator
     from ._pool import Block, Pool
 
 __all__ = [
@@ -68,8 +71,6 @@ def out_of_memory(
     rounded = allocator.round_size(size)
     alloc_size = allocator.allocation_size(rounded)
     free, total = allocator.driver.mem_get_info(allocator.index)
-    allocator._trace("oom", free, rounded, stream)
-    allocator.stats.num_ooms += 1
     allocated = allocator.stats.current("allocated_bytes")
     reserved = allocator.stats.reserved_bytes[0].current
     limit = allocator.allowed_memory_maximum
@@ -319,7 +320,7 @@ def _build(allocator: DeviceCachingAllocator) -> MemoryReport:
                 FreeBlocks(_pool_name(pool), shown(stream), max(sizes), sum(sizes), len(sizes))
             )
             for b in blocks:
-                if b.segment.expandable is None:
+                if not b.segment.expandable:
                     if b.is_split():
                         split_bytes += b.size
                         split_count += 1
@@ -374,8 +375,6 @@ def _build(allocator: DeviceCachingAllocator) -> MemoryReport:
 
 
 def _live(block: Block, stream: int) -> LiveBlock:
-    from ._workspace import workspace_label  # (_workspace imports the allocator module)
-
     label = workspace_label(block.ptr)
     frames = (
         ({"filename": "<vram>", "line": 0, "name": label},)
@@ -392,8 +391,6 @@ def _history(allocator: DeviceCachingAllocator) -> dict | None:
     history = getattr(allocator.recorder, "history", None)
     if history is None or not history.settings.trace or not history.entries:
         return None
-    from ._snapshot import _segment  # (_snapshot imports the allocator module)
-
     heads = [
         b
         for b in allocator.all_blocks()
@@ -429,8 +426,6 @@ def oom_report(
 
 def memory_report(device: object = None) -> MemoryReport:
     """The report of ``device``'s caching allocator now (the current device if None)."""
-    from ._registry import allocator_for
-
     allocator = allocator_for(device)
     if not hasattr(allocator, "_all_pools"):
         raise ValueError(f"device: {allocator.device}'s allocator has no block pools to report")
@@ -522,13 +517,9 @@ def dump_on_oom(allocator: DeviceCachingAllocator, error: BaseException) -> None
     path = getattr(allocator.config, "oom_snapshot", "") or os.environ.get("VRAM_OOM_SNAPSHOT")
     if not path:
         return
-    from ._registry import _allocators
-
     if _allocators.get(allocator.device) is not allocator:
         return  # not a device's allocator (a replay's, or a test's own): nothing to dump
     try:
-        from ._snapshot import _snapshot
-
         if os.path.isdir(path):
             _dumps += 1
             device = str(allocator.device).replace(":", "")
@@ -547,3 +538,6 @@ def dump_on_oom(allocator: DeviceCachingAllocator, error: BaseException) -> None
         return
     if hasattr(error, "add_note"):
         error.add_note(f"memory snapshot written to {path} (vram explain {path})")
+
+
+register_oom_report(out_of_memory, dump_on_oom)  # the allocator words its OOM with these

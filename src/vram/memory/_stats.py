@@ -223,7 +223,10 @@ class DeviceStats:
             _catch_up(usage, usage.peaks, usage.currents())
             _catch_up(self, self.peaks, self._currents_all())
         if split or split_bytes:
-            self._split(usage, split, split_bytes)
+            usage.split_blocks += split
+            usage.split_bytes += split_bytes
+            if split > 0 or split_bytes > 0:
+                self._split_rose(usage, split, split_bytes)
 
     def free(self, small: bool, size: int, requested: int, split: int, split_bytes: int) -> None:
         """The user freed a block and it is back in its pool (a free with no events to
@@ -237,7 +240,10 @@ class DeviceStats:
         self.room_count += 1
         self.room_bytes += requested
         if split or split_bytes:
-            self._split(usage, split, split_bytes)
+            usage.split_blocks += split
+            usage.split_bytes += split_bytes
+            if split > 0 or split_bytes > 0:
+                self._split_rose(usage, split, split_bytes)
 
     def free_requested(self, small: bool, size: int, requested: int) -> None:
         """The user freed a block that still waits for record_stream events (pending):
@@ -259,19 +265,18 @@ class DeviceStats:
         usage.pending_bytes -= size
         usage.pending_requested -= requested
         if split or split_bytes:
-            self._split(usage, split, split_bytes)
+            usage.split_blocks += split
+            usage.split_bytes += split_bytes
+            if split > 0 or split_bytes > 0:
+                self._split_rose(usage, split, split_bytes)
 
-    def _split(self, usage: Usage, blocks: int, nbytes: int) -> None:
-        """inactive_split moves by the net change of one call; its peaks can pass only
-        when it rises."""
-        usage.split_blocks += blocks
-        usage.split_bytes += nbytes
-        if blocks > 0:
-            usage.split_blocks_up += blocks
+    def _split_rose(self, usage: Usage, blocks: int, nbytes: int) -> None:
+        """inactive_split(_bytes) rose by (``blocks``, ``nbytes``) (already added; one may
+        be <= 0): the sums of increases, and the peaks (they can pass only now)."""
         if nbytes > 0:
             usage.split_bytes_up += nbytes
-        elif blocks <= 0:
-            return
+        if blocks > 0:
+            usage.split_blocks_up += blocks
         mine, every = usage.split_peaks, self.split_peaks
         if usage.split_blocks > mine[0]:
             mine[0] = usage.split_blocks

@@ -380,19 +380,17 @@ def _find_pre_state(trace: _Trace, snapshot: dict, device: int) -> None:
 
 # ========================================================================== replaying
 class _SegmentSizes:
-    """Wraps the allocator's accounting to note the segment sizes it allocates or maps, in
-    order (the replay keeps no recorder: the allocator's history branches stay untaken)."""
+    """The allocator's reserve hook: notes the segment sizes it allocates or maps, in order
+    (the replay keeps no recorder: the allocator's history branches stay untaken)."""
 
-    __slots__ = ("sizes", "_account")
+    __slots__ = ("sizes",)
 
-    def __init__(self, account: Callable[..., None]) -> None:
+    def __init__(self) -> None:
         self.sizes: list[int] = []
-        self._account = account
 
     def __call__(self, pool: Any, segment: Any, start: int, nbytes: int, action: str) -> None:
         if nbytes > 0:
             self.sizes.append(nbytes)
-        self._account(pool, segment, start, nbytes, action)
 
 
 @dataclass
@@ -471,9 +469,8 @@ class _Replayer:
         add_pool_routes(allocator, trace.pools)
         if limit is not None:
             allocator.set_memory_fraction(min(limit / capacity, 1.0))
-        self.segments = _SegmentSizes(allocator._account)
-        allocator.device_malloc.on_reserve = self.segments
-        allocator.expandable.on_reserve = self.segments
+        self.segments = _SegmentSizes()
+        allocator.add_reserve_hook(self.segments)
         self.allocator = allocator
         self.ptrs: dict[int, int] = {}  # recorded address -> replay pointer, live allocations
         self.held: dict[int, int] = {}  # recorded address -> held stream of a pending free
