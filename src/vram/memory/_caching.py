@@ -26,7 +26,22 @@ counters). This module is the policy that drives them: ``malloc`` and ``_free`` 
 one place each decision is made, for every configuration and for the uncached allocator
 (Note [The cached path]).
 
-Extension points (Note [Hooks]): other modules observe or steer the allocator only through
+Extension points (Note [Taking a dropped block back]
+A dropped tensor's pointer waits in ``_dropped`` until the next call. When that call is a
+malloc of the block's own rounded size, on its stream and pool, and nothing has entered or
+left the stream's free-block index since ``Pool.take`` split the block off the free block
+that best fit chose (the index's ``version`` is the block's ``mark``), then freeing it
+merges it back into exactly that free block and the malloc's best fit chooses that block
+again and splits it in the same place: the answer is the block itself. ``_take_back``
+returns it, with the stats of the free and of the malloc (``DeviceStats.reuse``), and the
+pool is left as the two steps would leave it. It is a cache of the simple path's answer,
+taken only where nothing else could decide differently: not for a block that came from
+growing (best fit did not choose it), nor with record_use events, record_stream uses,
+pending frees, the event hook, the block finder, garbage collection, cross-stream reuse,
+expandable segments or an oversize block; a settings change forgets every mark.
+tests/memory/test_differential.py checks it against the free and the malloc.
+
+Note [Hooks]): other modules observe or steer the allocator only through
 what it declares here, called at one named place each; none assigns to an allocator.
 
 Locking: one lock per allocator (``_lock``). Every public method takes it and never calls
@@ -185,11 +200,6 @@ class DeviceCachingAllocator(FreesDropped):
         lock = self._lock
         lock.acquire()  # (not ``with``: on the hot path that costs twice as much)
         try:
-            if self._dropped:
-                self._free_dropped()
-            lifetimes = self.lifetimes
-            if lifetimes.waiting:
-                self._free_completed()
             # the size and the pool
             if self._divisions is None:  # the common rounding, without a call
                 rounded = (size + MIN_BLOCK_SIZE - 1) & -MIN_BLOCK_SIZE or MIN_BLOCK_SIZE
@@ -204,9 +214,21 @@ class DeviceCachingAllocator(FreesDropped):
                     pool = private.small if small else private.large
             else:
                 pool = self.small if small else self.large
+            # what finalizers dropped first (Note [Taking a dropped block back])
+            dropped = self._dropped
+            if dropped:
+                if len(dropped) == 1:
+                    ptr = self._take_back(pool, rounded, size, stream)
+                    if ptr:
+                        return ptr
+                self._free_dropped()
+            lifetimes = self.lifetimes
+            if lifetimes.waiting:
+                self._free_completed()
             # a free block, or new memory
             block = self._find_free_block(pool, rounded, stream)
-            if block is None:
+            grown = block is None
+            if grown:
                 block = self._grow(pool, rounded, stream)
                 if block is None:
                     self.stats.num_ooms += 1
@@ -232,6 +254,8 @@ class DeviceCachingAllocator(FreesDropped):
                     whole = rounded
                 else:
                     pool.take(block, whole)
+                if grown:  # (not best fit's answer: nothing to take back, see the Note)
+                    block.mark = -1
                 if block.segment.source.expandable:
                     split_blocks = split_bytes = 0
                 block.state = ALLOCATED
@@ -524,6 +548,40 @@ class DeviceCachingAllocator(FreesDropped):
         private = self.private_pools.get(pool_id)
         if private is not None and not private.freeable:
             private.release_one()
+
+    def _take_back(self, pool: Pool, rounded: int, size: int, stream: int) -> int:
+        """The dropped block itself when freeing it and serving this request would give it
+        back (Note [Taking a dropped block back]): its pointer, with the stats of the free
+        and the malloc; else 0 (nothing changed)."""
+        item = self._dropped[0]
+        if type(item) is not int:
+            return 0
+        block = self._allocated.get(item)
+        if block is None or block.size != rounded or block.mark < 0:
+            return 0
+        segment = block.segment
+        if segment.pool is not pool or segment.stream != stream:
+            return 0
+        if pool.index[stream].version != block.mark or segment.source.expandable:
+            return 0  # (something entered or left the stream's index since it was split)
+        lifetimes = self.lifetimes
+        if (
+            block.use_events is not None
+            or lifetimes.waiting
+            or block in lifetimes.stream_uses
+            or self.recorder is not None
+            or self._finder is not None
+            or self._gc_on
+            or self._note_frees
+            or rounded >= self._max_split
+        ):
+            return 0
+        self._dropped.popleft()
+        rest = block.next
+        whole = block.prev is None and rest.next is None  # (the merged block: a segment)
+        self.stats.reuse(pool.is_small, rounded, block.requested_size, size, rest.size, whole)
+        block.requested_size = size
+        return item
 
     def _route(self, stream: int) -> Any:
         for private, takes in self.routes:
@@ -887,7 +945,10 @@ class DeviceCachingAllocator(FreesDropped):
         return recorder.record(self, action, addr, size, stream, context)
 
     def _settings(self, config: AllocatorConfig) -> None:
-        """Take ``config``, and the few of its values the cached path reads on every call."""
+        """Take ``config``, and the few of its values the cached path reads on every call.
+        Best fit's earlier answers may not be this config's: no block is taken back."""
+        for block in self._allocated.values():
+            block.mark = -1
         self.config = config
         self._divisions = _divisions(config)
         self._max_split = config.max_split_size
@@ -898,6 +959,8 @@ class DeviceCachingAllocator(FreesDropped):
     def _set_fraction(self, fraction: float) -> None:
         """PyTorch's setMemoryFraction: a share of the total that cudaMemGetInfo reports now."""
         total = self.driver.mem_get_info(self.index)[1]
+        for block in self._allocated.values():
+            block.mark = -1  # (garbage collection may start: no block is taken back)
         self.fraction = fraction
         self.allowed_memory_maximum = int(fraction * total)
         self._gc_on = bool(self.config.garbage_collection_threshold)

@@ -129,6 +129,7 @@ class Block:
         "use_events",  # record_use events the next owner's stream waits on; None if none
         "gc_age",  # the pool's get_free_blocks count when it became FREE (GC's age)
         "context",  # frames of the alloc, when history is on
+        "mark",  # its stream index's version right after take split it off, else -1
     )
 
     def __init__(self, ptr: int, size: int, segment: Segment, state: int) -> None:
@@ -142,6 +143,7 @@ class Block:
         self.use_events: list | None = None
         self.gc_age = 0
         self.context: Any = None
+        self.mark = -1
 
     def is_split(self) -> bool:
         """True when the block does not span its whole segment."""
@@ -155,18 +157,20 @@ class Block:
 class _StreamIndex:
     """The FREE blocks of one stream in one pool (Note [The free-block index])."""
 
-    __slots__ = ("sizes", "heaps", "blocks", "stale")
+    __slots__ = ("sizes", "heaps", "blocks", "stale", "version")
 
     def __init__(self) -> None:
         self.sizes: list[int] = []  # sorted distinct sizes that have a heap
         self.heaps: dict[int, list[int]] = {}  # size -> min-heap of addresses (some stale)
         self.blocks: dict[int, Block] = {}  # address -> FREE block
         self.stale = 0  # addresses in the heaps whose block has left
+        self.version = 0  # counts the changes of ``blocks``: best fit's answers change only then
 
     def add(self, block: Block) -> None:
         """``block`` enters (pushed, or its stale entry on top revived)."""
         ptr, size = block.ptr, block.size
         self.blocks[ptr] = block
+        self.version += 1
         heap = self.heaps.get(size)
         if heap is None:
             self.heaps[size] = [ptr]
@@ -181,6 +185,7 @@ class _StreamIndex:
         ptr, size = block.ptr, block.size
         blocks = self.blocks
         del blocks[ptr]
+        self.version += 1
         heap = self.heaps[size]
         if heap[0] == ptr:
             heappop(heap)
@@ -201,6 +206,7 @@ class _StreamIndex:
         self.heaps = heaps
         self.sizes = sorted(heaps)
         self.stale = 0
+        self.version += 1
 
 
 class Pool:
@@ -246,6 +252,7 @@ class Pool:
         found = self.index[block.segment.stream]
         found.remove(block)
         if size >= block.size:
+            block.mark = -1
             return None
         assert 0 < size, "a split leaves two non-empty blocks"
         rest = Block(block.ptr + size, block.size - size, block.segment, FREE)
@@ -259,6 +266,7 @@ class Pool:
             rest.use_events = list(block.use_events)
         found.add(rest)
         rest.gc_age = self.get_free_blocks_call_count
+        block.mark = found.version
         return rest
 
     def give(self, block: Block) -> int:

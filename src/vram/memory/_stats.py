@@ -245,6 +245,33 @@ class DeviceStats:
             if split > 0 or split_bytes > 0:
                 self._split_rose(usage, split, split_bytes)
 
+    def reuse(
+        self, small: bool, size: int, freed: int, requested: int, rest: int, whole: bool
+    ) -> None:
+        """``free`` of a block of ``size`` bytes (asked for as ``freed``) that merges with
+        the free rest of ``rest`` bytes after it, then ``alloc`` of the same block for
+        ``requested`` bytes, split from that rest again (the allocator's take-back, Note
+        [Taking a dropped block back]); ``whole``: the merged block is a whole segment."""
+        usage = self.small if small else self.large
+        usage.frees += 1
+        usage.free_bytes += size
+        usage.free_requested += freed
+        usage.allocs += 1
+        usage.alloc_bytes += size
+        usage.alloc_requested += requested
+        usage.room_bytes += freed - size  # (the counts: one down, one up)
+        self.room_bytes += freed - size
+        if (usage.room_bytes | self.room_bytes) < 0:
+            _catch_up(usage, usage.peaks, usage.currents())
+            _catch_up(self, self.peaks, self._currents_all())
+        if whole:  # the free takes the rest out of inactive_split, the alloc puts it back
+            usage.split_blocks_up += 1
+            usage.split_bytes_up += rest
+        else:  # the merged block stays split: the free adds its bytes, the alloc takes them
+            usage.split_bytes += size
+            self._split_rose(usage, 0, size)
+            usage.split_bytes -= size
+
     def free_requested(self, small: bool, size: int, requested: int) -> None:
         """The user freed a block that still waits for record_stream events (pending):
         ``free_completed`` follows when they have completed."""
