@@ -164,6 +164,7 @@ class DeviceCachingAllocator(FreesDropped):
         self.index: int = device.index  # type: ignore[assignment]
         self.driver: Driver = driver or device.driver  # another driver: replays use their own
         self.config = config or default_config()
+        self.no_caching: bool = type(self).no_caching  # (an instance attribute: read per free)
         self._lock = threading.Lock()
         self._dropped: deque[int] = deque()  # pointers freed by finalizers, freed next call
         self.small = Pool(is_small=True)
@@ -265,7 +266,7 @@ class DeviceCachingAllocator(FreesDropped):
                     lifetimes.wait_uses(block, stream)
                 self._allocated[ptr] = block
                 self.stats.alloc(small, whole, size, split_blocks, split_bytes)
-                if whole >= self._max_split:
+                if self._oversize_rules and whole >= self._max_split:
                     self._oversize.add(block)
                     self.stats.oversize_allocations.increase(1)
                 if self.recorder is not None:
@@ -573,7 +574,7 @@ class DeviceCachingAllocator(FreesDropped):
             or self._finder is not None
             or self._gc_on
             or self._note_frees
-            or rounded >= self._max_split
+            or (self._oversize_rules and rounded >= self._max_split)
         ):
             return 0
         self._dropped.popleft()
@@ -614,6 +615,8 @@ class DeviceCachingAllocator(FreesDropped):
             block = self._expandable_choice(pool, block, size, stream)
             if block is None:
                 return None
+        if not self._oversize_rules:  # (no max_split_size: no block is oversize)
+            return block
         max_split = self._max_split
         if size < max_split:
             return None if block.size >= max_split else block  # no oversize block for it
@@ -775,36 +778,40 @@ class DeviceCachingAllocator(FreesDropped):
         """The one place a free is decided: the block waits for its record_stream uses
         (PENDING), or goes back to its pool, merged with its free neighbours (the uncached
         allocator: back to the device)."""
-        block = self._allocated.get(ptr)
+        block = self._allocated.pop(ptr, None)
         if block is None:
             raise ValueError(f"ptr: {ptr:#x} is not a live allocation of {self.device}")
-        if self.no_caching:
-            self._free_uncached(block)
-            return
         lifetimes = self.lifetimes
-        segment = block.segment
-        if self._note_frees:
-            lifetimes.note_free(block, segment.stream)
-        pending = bool(lifetimes.stream_uses) and lifetimes.free_waits(block)
-        del self._allocated[ptr]  # (the event records above may raise: nothing changed yet)
+        pending = False
+        if self.no_caching or self._note_frees or lifetimes.stream_uses:
+            try:
+                if self.no_caching:
+                    self._wait_before_giving_back(block)
+                elif self._note_frees:
+                    lifetimes.note_free(block, block.segment.stream)
+                pending = bool(lifetimes.stream_uses) and lifetimes.free_waits(block)
+            except BaseException:  # (a driver call failed: nothing has changed)
+                self._allocated[ptr] = block
+                raise
         if self._oversize and block in self._oversize:
             self._oversize.remove(block)
             self.stats.oversize_allocations.decrease(1)
         if self.recorder is not None:
-            self._trace("free_requested", ptr, block.requested_size, segment.stream)
+            self._trace("free_requested", ptr, block.requested_size, block.segment.stream)
         if pending:
             block.state = PENDING
-            self.stats.free_requested(segment.pool.is_small, block.size, block.requested_size)
+            self.stats.free_requested(block.segment.pool.is_small, block.size, block.requested_size)
             return
-        size, requested = block.size, block.requested_size
-        split_blocks, split_bytes = self._free_block(block)
-        self.stats.free(segment.pool.is_small, size, requested, split_blocks, split_bytes)
-        if block.use_events:
+        self._free_block(block, False)
+        if self.no_caching:
+            self._give_back(block)
+        elif block.use_events:
             lifetimes.prune(block)
 
-    def _free_block(self, block: Block) -> tuple[int, int]:
-        """Return a block whose uses are over to its pool, merged with free neighbours;
-        the net change of inactive_split (count, bytes), as PyTorch counts it."""
+    def _free_block(self, block: Block, completes: bool) -> None:
+        """Return a block whose uses are over to its pool, merged with its free neighbours,
+        and count the free (``completes``: of a free already counted as pending) with
+        inactive_split's net change, as PyTorch counts it."""
         segment = block.segment
         if self.recorder is not None:
             self._trace("free_completed", block.ptr, block.requested_size, segment.stream)
@@ -812,44 +819,31 @@ class DeviceCachingAllocator(FreesDropped):
         size = block.size
         absorbed = segment.pool.give(block)
         if segment.source.expandable:
-            return 0, 0
-        split_blocks, split_bytes = -absorbed, size - block.size  # the neighbours it took
-        if block.prev is not None or block.next is not None:
-            split_blocks += 1
-            split_bytes += block.size
-        return split_blocks, split_bytes
+            split_blocks = split_bytes = 0
+        elif block.prev is None and block.next is None:  # a whole segment now
+            split_blocks, split_bytes = -absorbed, size - block.size
+        else:  # it stays split: itself in, its absorbed neighbours out
+            split_blocks, split_bytes = 1 - absorbed, size
+        small = segment.pool.is_small
+        if completes:
+            self.stats.free_completed(small, size, block.requested_size, split_blocks, split_bytes)
+        else:
+            self.stats.free(small, size, block.requested_size, split_blocks, split_bytes)
 
-    def _free_uncached(self, block: Block) -> None:
+    def _wait_before_giving_back(self, block: Block) -> None:
         """The uncached allocator's free: wait for the streams that used the block (as
-        cudaFree would), then give its segment back. Synchronizes."""
+        cudaFree would), and for its record_use events. Synchronizes."""
         lifetimes = self.lifetimes
         streams = {block.segment.stream, *lifetimes.stream_uses.pop(block, ())}
         for stream in sorted(streams):
             self.driver.stream_synchronize(stream)
         if block.use_events:
             lifetimes.wait_for_uses(block)
-        del self._allocated[block.ptr]
-        if self._oversize and block in self._oversize:
-            self._oversize.remove(block)
-            self.stats.oversize_allocations.decrease(1)
-        if self.recorder is not None:
-            self._trace("free_requested", block.ptr, block.requested_size, block.segment.stream)
-        size, requested = block.size, block.requested_size
-        self._free_block(block)  # (a whole segment: nothing to merge, no split change)
-        self.stats.free(block.segment.pool.is_small, size, requested, 0, 0)
-        self._give_back(block)
 
     def _free_completed(self) -> None:
         """Return the PENDING blocks whose record_stream events have completed."""
         for block in self.lifetimes.completed():
-            self._complete(block)
-
-    def _complete(self, block: Block) -> None:
-        size, requested = block.size, block.requested_size
-        split_blocks, split_bytes = self._free_block(block)
-        self.stats.free_completed(
-            block.segment.pool.is_small, size, requested, split_blocks, split_bytes
-        )
+            self._free_block(block, True)
 
     def _live_block(self, ptr: int, what: str) -> Block:
         block = self._allocated.get(ptr)
@@ -879,7 +873,7 @@ class DeviceCachingAllocator(FreesDropped):
             return
         self.stats.num_sync_all_streams += 1
         for block in self.lifetimes.synchronize():
-            self._complete(block)
+            self._free_block(block, True)
         self._release_pool(self.large)
         self._release_pool(self.small)
         for pool_id, private in list(self.private_pools.items()):
@@ -952,6 +946,7 @@ class DeviceCachingAllocator(FreesDropped):
         self.config = config
         self._divisions = _divisions(config)
         self._max_split = config.max_split_size
+        self._oversize_rules = config.max_split_size != SIZE_MAX
         self._split_always = config.expandable_segments  # rest >= 512 B splits, as small
         self._note_frees = config.cross_stream_reuse
         self._expandable_on = config.expandable_segments and not self.no_caching

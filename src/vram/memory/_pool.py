@@ -250,12 +250,26 @@ class Pool:
         nearly every malloc.)
         """
         found = self.index[block.segment.stream]
-        found.remove(block)
-        if size >= block.size:
+        ptr, whole = block.ptr, block.size
+        blocks, heaps = found.blocks, found.heaps
+        del blocks[ptr]  # (_StreamIndex.remove, inline)
+        heap = heaps[whole]
+        if heap[0] == ptr:
+            heappop(heap)
+            if not heap:
+                del heaps[whole]
+                sizes = found.sizes
+                del sizes[bisect_left(sizes, whole)]
+        else:
+            found.stale += 1
+            if found.stale > len(blocks) + 64:
+                found.rebuild()
+        if size >= whole:
+            found.version += 1
             block.mark = -1
             return None
         assert 0 < size, "a split leaves two non-empty blocks"
-        rest = Block(block.ptr + size, block.size - size, block.segment, FREE)
+        rest = Block(ptr + size, whole - size, block.segment, FREE)
         after = rest.next = block.next
         if after is not None:
             after.prev = rest
@@ -264,8 +278,18 @@ class Pool:
         block.size = size
         if block.use_events:
             rest.use_events = list(block.use_events)
-        found.add(rest)
+        ptr, rest_size = rest.ptr, rest.size  # (_StreamIndex.add, inline)
+        blocks[ptr] = rest
+        heap = heaps.get(rest_size)
+        if heap is None:
+            heaps[rest_size] = [ptr]
+            insort(found.sizes, rest_size)
+        elif heap[0] != ptr:
+            heappush(heap, ptr)
+        else:
+            found.stale -= 1
         rest.gc_age = self.get_free_blocks_call_count
+        found.version += 2
         block.mark = found.version
         return rest
 

@@ -51,9 +51,8 @@ def _out_of_memory(exc: Exception) -> bool:
 class DeviceMalloc:
     """Segments that are device allocations of their own (cudaMalloc / cudaFree)."""
 
-    expandable = False
-
     def __init__(self, driver: Driver, device: int, on_reserve: Account) -> None:
+        self.expandable = False  # (an instance attribute: read on every malloc and free)
         self.driver = driver
         self.device = device
         self.on_reserve = on_reserve
@@ -159,9 +158,8 @@ class ExpandableRange:
 class Expandable:
     """Expandable segments (Note [Expandable segments]): the allocator's VMM ranges."""
 
-    expandable = True
-
     def __init__(self, driver: Driver, device: int, on_reserve: Account) -> None:
+        self.expandable = True
         self.driver = driver
         self.device = device
         self.on_reserve = on_reserve
