@@ -152,7 +152,9 @@ def test_launch_blocking_raises_at_the_launch_and_names_the_kernel():
     driver = vram.sim.driver()
     t = vram.ones(16 << 20, device=SIM)  # 64 MiB: a segment of its own
     view = t[-4:]  # its end: not where the next small segment goes
-    t._storage.owner.free()  # (what a use-after-free looks like to the device)
+    storage = t._storage  # (what a use-after-free looks like to the device)
+    storage.allocator.free(storage.ptr)
+    storage.allocator = None  # (so that its finalizer frees nothing more)
     vram.empty_cache(SIM)  # the segment goes back: its addresses are unmapped
     blocking, driver.launch_blocking = driver.launch_blocking, True
     try:

@@ -128,6 +128,10 @@ def as_device(spec: object, argument: str = "device") -> Device:
         return current_device_obj()
     if type(spec) is Device and spec in _checked:  # seen to exist before: the common case
         return spec  # type: ignore[return-value]
+    if type(spec) is str:
+        found = _named.get(spec)  # "cuda:0", resolved once
+        if found is not None:
+            return found
     if isinstance(spec, Device):
         found = spec
         if found.type not in _TYPES:
@@ -155,10 +159,13 @@ def as_device(spec: object, argument: str = "device") -> Device:
     if found.index >= count:
         raise ValueError(f"{argument}: {found} does not exist ({count} {found.type} devices)")
     _checked.add(found)
+    if type(spec) is str and ":" in spec:  # names its index: the same device every time
+        _named[spec] = found
     return found
 
 
 _checked: set[Device] = set()  # devices as_device has already seen to exist
+_named: dict[str, Device] = {}  # device strings with an index -> their checked Device
 
 
 def current_device_obj() -> Device:

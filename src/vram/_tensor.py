@@ -2,9 +2,9 @@
 
 - A tensor is (storage, shape, strides in elements, storage offset, dtype). Views (slicing,
   ``view``, ``t``, ``transpose``, ``expand``) share the storage; strides are never negative.
-- Storage is device memory from ``vram.memory.allocate`` (freed when the last tensor that
-  views it is dropped), device memory owned by another library (kept alive, never freed by
-  vram), or a NumPy array for the ``cpu`` device.
+- Storage is device memory from the device's allocator (the storage gives it back when the
+  last tensor that views it is dropped), device memory owned by another library (kept
+  alive, never freed by vram), or a NumPy array for the ``cpu`` device.
 - Work runs on the current stream of the tensor's device. Copies between host and device
   use pageable NumPy memory, so they synchronize that stream before returning, as CUDA does
   for pageable memory; ``.numpy()`` of a device tensor therefore always sees finished work.
@@ -60,7 +60,7 @@ from ._views import (
     view_strides,
     wrap_dim,
 )
-from .memory import Allocation, PinnedAllocation, allocate, allocate_pinned
+from .memory import Allocation, PinnedAllocation, allocate_pinned, allocator_for
 
 __all__ = ["Tensor"]
 
@@ -68,21 +68,30 @@ __all__ = ["Tensor"]
 class Storage:
     """The bytes tensors view: device memory or (for ``cpu``) a uint8 host array.
 
-    ``owner`` keeps the memory alive: an Allocation (freed by the allocator when the last
-    tensor goes), a foreign object (a PyTorch tensor, a DLPack capsule owner: never freed by
-    vram), or the host array itself.
+    Device memory from vram's allocator is the storage's own: ``allocator`` gives ``ptr``
+    back when the last tensor that views it goes (the finalizer hands the pointer to
+    ``allocator.free_later``, which never takes a lock). Otherwise ``owner`` keeps the
+    memory alive: a foreign object (a PyTorch tensor, a DLPack capsule owner: never freed
+    by vram), a pinned allocation, or the host array itself.
     """
 
-    __slots__ = ("device", "ptr", "nbytes", "owner", "host")
+    __slots__ = ("device", "ptr", "nbytes", "owner", "host", "allocator", "__weakref__")
 
     def __init__(
-        self, device: Device, ptr: int, nbytes: int, owner: object, host: np.ndarray | None = None
+        self,
+        device: Device,
+        ptr: int,
+        nbytes: int,
+        owner: object,
+        host: np.ndarray | None = None,
+        allocator: Any = None,
     ) -> None:
         self.device = device
         self.ptr = ptr
         self.nbytes = nbytes
         self.owner = owner
         self.host = host
+        self.allocator = allocator  # vram's allocator that ``ptr`` goes back to, or None
 
     @classmethod
     def of_host(cls, buffer: np.ndarray) -> Storage:
@@ -94,12 +103,40 @@ class Storage:
         start = ptr - self.ptr
         return self.host[start : start + nbytes]  # type: ignore[index]
 
+    def record_stream(self, stream: Stream) -> None:
+        """The memory is used on ``stream`` (a stream of its device) until work queued there
+        by its free has run."""
+        if self.allocator is not None:
+            self.allocator.record_stream(self.ptr, stream.cuda_stream)
+        elif isinstance(self.owner, Allocation):
+            self.owner.record_stream(stream)
+
+    def record_use(self, stream: Stream) -> None:
+        """The last use on ``stream`` (of this device, or of a peer) is queued now."""
+        if self.allocator is not None:
+            peer = None if stream.device == self.device else stream.device.index
+            self.allocator.record_use(self.ptr, stream.cuda_stream, peer)
+        elif isinstance(self.owner, Allocation):
+            self.owner.record_use(stream)
+
+    def __del__(self) -> None:
+        allocator = self.allocator
+        if allocator is not None:
+            try:
+                allocator.free_later(self.ptr)
+            except Exception:  # finalizers never raise
+                pass
+
 
 def device_storage(nbytes: int, device: Device) -> Storage:
-    """``nbytes`` of new memory from the caching allocator of ``device`` (a cuda or sim
-    device), for the current stream: for tensors laid out by their maker (``Tensor._make``)."""
-    allocation = allocate(nbytes, device)
-    return Storage(device, allocation.ptr, nbytes, allocation)
+    """``nbytes`` of new memory from the allocator of ``device`` (a cuda or sim device), for
+    its current stream, owned by the storage: for tensors laid out by their maker
+    (``Tensor._make``)."""
+    if not nbytes:
+        return Storage(device, 0, 0, None)
+    allocator = allocator_for(device)
+    ptr = allocator.malloc(nbytes, current_stream(device).cuda_stream)
+    return Storage(device, ptr, nbytes, None, None, allocator)
 
 
 class _HostMemory:
@@ -155,10 +192,17 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def as_shape(size: Sequence[Any], argument: str = "size") -> tuple[int, ...]:
     """``(2, 3)``, ``[2, 3]`` or ``((2, 3),)`` -> (2, 3); errors name ``argument``."""
-    if len(size) == 1 and type(size[0]) is int and size[0] >= 0:  # the common case, cheaply
-        return (size[0],)
-    if len(size) == 1 and isinstance(size[0], (tuple, list)):
-        size = size[0]
+    if len(size) == 1:
+        first = size[0]
+        if type(first) is int and first >= 0:  # (256,): the common case, cheaply
+            return (first,)
+        if type(first) is tuple or type(first) is list:
+            size = first
+    for n in size:  # plain non-negative ints (the common forms) are taken as they are
+        if type(n) is not int or n < 0:
+            break
+    else:
+        return size if type(size) is tuple else tuple(size)
     shape = []
     for n in size:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
@@ -224,16 +268,16 @@ class Tensor:
     ) -> Tensor:
         """A new contiguous tensor with uninitialized contents (pinned host memory if asked)."""
         numel = math.prod(shape)
-        if device.type == "cpu" and pin_memory:
+        if device.type != "cpu" and not pin_memory:  # device memory: the common case first
+            storage = device_storage(numel * dt.itemsize, device)
+        elif device.type == "cpu" and pin_memory:
             pinned = allocate_pinned(numel * dt.itemsize)
             host = host_bytes(pinned.ptr, pinned.size, pinned)
             storage = Storage(device, pinned.ptr, pinned.size, pinned, host)
         elif pin_memory:
             raise ValueError(f"pin_memory: only cpu tensors can be pinned, not {device}")
-        elif device.type == "cpu":
-            storage = Storage.of_host(np.empty(numel, dt.np).view(np.uint8))
         else:
-            storage = device_storage(numel * dt.itemsize, device)
+            storage = Storage.of_host(np.empty(numel, dt.np).view(np.uint8))
         return cls._make(storage, shape, contiguous_strides(shape), 0, dt)
 
     def _view(self, shape: Sequence[int], stride: Sequence[int], offset: int) -> Tensor:
@@ -321,9 +365,7 @@ class Tensor:
 
     def record_stream(self, stream: Stream) -> None:
         """The memory is used on ``stream``: the allocator keeps it until that work is done."""
-        stream = self._stream_on_device(stream)
-        if isinstance(self._storage.owner, Allocation):
-            self._storage.owner.record_stream(stream)
+        self._storage.record_stream(self._stream_on_device(stream))
 
     def record_use(self, stream: Stream) -> None:
         """The last use on ``stream`` is queued now: the next owner waits for it (precise).
@@ -331,8 +373,7 @@ class Tensor:
         stream = as_stream(stream, "stream")
         if stream.device.type != self.device.type:
             raise ValueError(f"stream: a stream of {stream.device} for a tensor on {self.device}")
-        if isinstance(self._storage.owner, Allocation):
-            self._storage.owner.record_use(stream)
+        self._storage.record_use(stream)
 
     # ---- views (the arithmetic in vram._views; advanced indexing in vram.ops) ---------
     def view(self, *shape: Any) -> Tensor:

@@ -10,7 +10,7 @@ import pytest
 import vram
 from vram.driver import cuda_usable
 from vram.memory import DeviceCachingAllocator, parse_config
-from vram.memory._sanitizer import POISON, sync_sanitizer
+from vram.memory._sanitizer import POISON, sanitizer_of, sync_sanitizer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_usable(), reason="no CUDA GPU")]
 
@@ -35,7 +35,7 @@ def cuda0():
 def sanitized(cuda0):
     allocator = DeviceCachingAllocator(cuda0, parse_config("stream_sanitizer:True"))
     sync_sanitizer(allocator)
-    assert allocator.stream_sanitizer is not None
+    assert sanitizer_of(allocator) is not None
     return allocator
 
 

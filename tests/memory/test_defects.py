@@ -3,6 +3,8 @@ and of the memory API's argument checks: each failed before its fix."""
 
 from __future__ import annotations
 
+import gc
+import threading
 import warnings
 
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 import vram
 from vram.memory import (
     _api,
+    _config,
     _uncached,
     allocator_for,
     caching_allocator_alloc,
@@ -248,3 +251,98 @@ def test_the_default_stream_is_written_as_pytorchs_0(sim0):
     assert [e["stream"] for e in allocs] == [0, side.cuda_stream]
     caching_allocator_delete(ptr)
     caching_allocator_delete(other)
+
+
+# ---- issue 32: a caught OOM, record_use events, workspaces under empty_cache -----------------
+@pytest.fixture(params=["native", "no caching", "cudaMallocAsync"])
+def each_backend(request, monkeypatch, sim0):
+    """sim:0's allocator made under each backend the README lists."""
+    if request.param == "no caching":
+        monkeypatch.setenv("VRAM_NO_CACHING", "1")
+    elif request.param == "cudaMallocAsync":
+        monkeypatch.setenv("VRAM_ALLOC_CONF", "backend:cudaMallocAsync")
+    _config.set_default_config(None)
+    return allocator_for(sim0)
+
+
+def test_a_caught_oom_gives_the_failed_attempts_memory_back_at_once(each_backend, capacity):
+    """Catch the OOM, halve the batch, retry: the failed attempt's tensors are gone when
+    the except clause ends, without the cyclic garbage collector (malloc's frame kept the
+    error, whose traceback kept the frames that held them)."""
+    capacity(64 * MiB)
+
+    def attempt() -> None:
+        held = [vram.empty(8 * MiB, dtype=vram.uint8) for _ in range(4)]
+        vram.empty(64 * MiB, dtype=vram.uint8)  # out of memory
+        del held
+
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        try:
+            attempt()
+        except vram.OutOfMemoryError:
+            pass
+        assert vram.memory.memory_allocated() == 0
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _events_on_free_blocks(allocator) -> int:
+    with allocator.locked():
+        return sum(len(b.use_events or ()) for b in allocator.all_blocks())
+
+
+def test_record_use_events_do_not_pile_up_on_the_free_remainder(sim0):
+    """The README's pattern in a loop (allocate, use on a side stream, record_use, free):
+    the free rest of the segment keeps one event per stream, not one per iteration."""
+    side, sim, allocator = vram.Stream(), vram.sim.driver(), allocator_for(sim0)
+    with vram.sim.deferred():
+        sim.enqueue(side.cuda_stream, lambda: None)  # the side stream is busy throughout
+        events = len(sim._events)
+        for _ in range(300):
+            x = vram.empty(256, device=sim0)
+            sim.enqueue(side.cuda_stream, lambda: None)  # the side stream's read of x
+            x.record_use(side)
+            del x
+        assert _events_on_free_blocks(allocator) == 1  # the newest of the side stream
+        assert len(sim._events) - events <= 2
+    vram.sim.run()
+    x = vram.empty(256, device=sim0)  # the side stream's events have completed: dropped
+    x.record_use(side)
+    del x
+    assert _events_on_free_blocks(allocator) == 0
+
+
+def test_an_empty_cache_on_another_thread_leaves_a_handed_out_workspace_alone(sim0):
+    """get_workspace promises the buffer until this thread's next call: an empty_cache() on
+    another thread between the hand-out and the library's launch must not free it, or the
+    next allocation on the stream (a freshly zeroed tensor) gets the library's scratch."""
+    stream = vram.current_stream()
+    neighbour = vram.empty(4 * MiB, dtype=vram.uint8)  # keeps the segment from going back
+    handed_out, emptied = threading.Event(), threading.Event()
+    zeroed: list = []
+
+    def library_call() -> None:
+        vram.set_device(sim0)
+        ptr = vram.memory.get_workspace(4 * MiB, library="cublas", stream=stream)
+        handed_out.set()
+        emptied.wait()
+        fill(ptr, 4 * MiB, 0xAB, stream)  # the launch: scratch writes over the workspace
+
+    def other_thread() -> None:
+        vram.set_device(sim0)
+        handed_out.wait()
+        vram.memory.empty_cache()
+        zeroed.append(vram.zeros(MiB, dtype=vram.float32, device=sim0))  # 4 MiB
+        emptied.set()
+
+    threads = [threading.Thread(target=library_call), threading.Thread(target=other_thread)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    vram.sim.run()
+    assert (zeroed[0].numpy() == 0).all()
+    del neighbour

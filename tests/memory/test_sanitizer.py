@@ -11,7 +11,7 @@ import pytest
 
 import vram
 from vram.memory import StreamRaceWarning, set_allocator_settings, stream_races
-from vram.memory._sanitizer import POISON
+from vram.memory._sanitizer import POISON, sanitizer_of
 
 N = 1 << 18  # float32 elements: a 1 MiB tensor (the small pool)
 
@@ -172,10 +172,12 @@ def test_cross_stream_reuse_waits_for_the_poison_too(sim0, alloc, free):
 
 def test_off_by_default_and_detached_when_turned_off(sim0):
     allocator = vram.memory.allocator_for(sim0)
-    assert getattr(allocator, "stream_sanitizer", None) is None and allocator.recorder is None
+    assert sanitizer_of(allocator) is None and allocator.recorder is None
     set_allocator_settings("stream_sanitizer:True")
-    assert allocator.stream_sanitizer is not None and "_find_free_block" in vars(allocator)
+    sanitizer = sanitizer_of(allocator)
+    assert sanitizer is not None and allocator._finder == sanitizer._find_free_block
+    assert allocator._drop_hook == sanitizer._note_drop
     set_allocator_settings("stream_sanitizer:False")
-    assert allocator.stream_sanitizer is None and allocator.recorder is None
-    assert "_find_free_block" not in vars(allocator) and "free_later" not in vars(allocator)
+    assert sanitizer_of(allocator) is None and allocator.recorder is None
+    assert allocator._finder is None and allocator._drop_hook is None
     assert not vram.sim.driver().observers

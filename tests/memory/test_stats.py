@@ -79,7 +79,7 @@ class Reference:
 
 
 ACTIONS = ("alloc", "alloc", "alloc", "free", "free", "pending", "complete", "segment",
-           "reset_peak", "reset_accumulated")  # fmt: skip
+           "reuse", "reset_peak", "reset_accumulated")  # fmt: skip
 
 
 @settings(max_examples=150, deadline=None)
@@ -115,6 +115,21 @@ def test_device_stats_count_as_pytorch_counts(data):
             else:
                 call = ("free_requested", small, size, requested)
                 pending.append((small, size, requested))
+        elif action == "reuse" and live:  # the allocator's take-back: a free, then the alloc
+            i = data.draw(st.integers(0, len(live) - 1))
+            small, size, freed = live[i]
+            requested = data.draw(st.integers(1, size))
+            live[i] = (small, size, requested)
+            blocks, nbytes = split[small]
+            whole = blocks > 0 and data.draw(st.booleans())
+            rest = data.draw(st.integers(0, nbytes)) if whole else 0
+            mine.reuse(small, size, freed, requested, rest, whole)
+            steps = (-1, -rest, 1, rest) if whole else (0, size, 0, -size)
+            reference.free(small, size, freed, *steps[:2])
+            reference.alloc(small, size, requested, *steps[2:])
+            got = mine.as_dict(-1)
+            assert {key: got[key] for key in reference.as_dict()} == reference.as_dict(), action
+            continue
         elif action == "complete" and pending:
             small, size, requested = pending.pop(0)
             call = ("free_completed", small, size, requested, *split_change(small))

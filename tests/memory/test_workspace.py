@@ -61,6 +61,30 @@ def test_empty_cache_frees_idle_workspaces_and_keeps_busy_ones(sim0):
     assert idle
 
 
+def test_another_threads_workspace_is_freed_once_that_thread_has_ended(sim0):
+    """(Note [Who frees a workspace]) empty_cache() frees this thread's idle workspaces and
+    those of ended threads, never those of a thread that may be between its hand-out and
+    its launch."""
+    asked, may_end = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        vram.set_device(sim0)
+        get_workspace(MiB, library="cublas")
+        asked.set()
+        may_end.wait()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    asked.wait()
+    get_workspace(KiB, library="cublas")
+    vram.empty_cache()
+    assert vram.memory.memory_stats()["workspace_bytes.all.current"] == MiB  # the worker's
+    may_end.set()
+    thread.join()
+    vram.empty_cache()
+    assert vram.memory.memory_stats()["workspace_bytes.all.current"] == 0
+
+
 def test_snapshots_label_workspace_blocks(sim0):
     get_workspace(KiB, library="cusolver")
     frames = [b["frames"] for s in vram.memory.memory_snapshot() for b in s["blocks"]]

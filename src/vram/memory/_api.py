@@ -80,18 +80,18 @@ def caching_allocator_alloc(size: int, device: object = None, stream: object = N
 
     ``stream`` (current stream if None) is the stream the memory will be used on.
     """
-    if type(size) is not int:
+    if type(size) is not int or size <= 0:
         if not isinstance(size, int) or isinstance(size, bool):
             raise TypeError(f"size must be an int, got {type(size).__name__}")
-    if size < 0:
-        raise ValueError(f"size must be non-negative, got {size}")
+        if size < 0:
+            raise ValueError(f"size must be non-negative, got {size}")
     if device is None and stream is None:  # the common call: current device and stream
         current = current_stream()
         found, handle = current.device, current.cuda_stream
     else:
         found = _device(device)
         handle = _stream_handle(stream, found)
-    if size == 0:
+    if not size:
         return 0
     allocator = _allocators.get(found) or allocator_for(found)
     ptr = allocator.malloc(size, handle)
@@ -101,13 +101,17 @@ def caching_allocator_alloc(size: int, device: object = None, stream: object = N
 
 def caching_allocator_delete(ptr: int) -> None:
     """Free memory from caching_allocator_alloc (a null pointer is ignored)."""
-    allocator = _raw_owner.pop(ptr, None) if type(ptr) is int else None
-    if allocator is not None:
-        allocator.free(ptr)
-    elif type(ptr) is not int:
-        raise TypeError(f"ptr: expected an int device pointer, got {ptr!r}")
-    elif ptr != 0:
-        raise ValueError(f"ptr: {ptr:#x} was not allocated by caching_allocator_alloc")
+    try:
+        allocator = _raw_owner.pop(ptr)
+    except (KeyError, TypeError):
+        if type(ptr) is not int:
+            raise TypeError(f"ptr: expected an int device pointer, got {ptr!r}") from None
+        if ptr != 0:
+            raise ValueError(
+                f"ptr: {ptr:#x} was not allocated by caching_allocator_alloc"
+            ) from None
+        return
+    allocator.free(ptr)
 
 
 def _raw_device(ptr: int, what: str) -> Device:
@@ -254,18 +258,12 @@ def register_free_memory_callback(callback: Callable[[], bool], device: object =
     """
     if not callable(callback):
         raise TypeError(f"callback: expected a callable, got {callback!r}")
-    allocator = allocator_for(_device(device))
-    with allocator.locked():
-        allocator.free_memory_callbacks.append(callback)
+    allocator_for(_device(device)).add_free_memory_callback(callback)
 
 
 def unregister_free_memory_callback(callback: Callable[[], bool], device: object = None) -> None:
     """Stop calling ``callback`` (ValueError if it was not registered)."""
-    allocator = allocator_for(_device(device))
-    with allocator.locked():
-        if callback not in allocator.free_memory_callbacks:
-            raise ValueError(f"callback: {callback!r} is not registered on {allocator.device}")
-        allocator.free_memory_callbacks.remove(callback)
+    allocator_for(_device(device)).remove_free_memory_callback(callback)
 
 
 def attach_out_of_memory_observer(
@@ -281,8 +279,7 @@ def attach_out_of_memory_observer(
             "cudaMallocAsync does not yet support attach_out_of_memory_observer "
             "(as PyTorch's backend:cudaMallocAsync)"
         )
-    with allocator.locked():
-        allocator.oom_observers.append(observer)
+    allocator.attach_oom_observer(observer)
 
 
 def enable_peer_access(peer: object, device: object = None) -> None:

@@ -134,7 +134,6 @@ class AsyncAllocator(FreesDropped):
         self.allowed_memory_maximum: int | None = None  # the memory-fraction cap, if set
         self.fraction = 1.0
         self.free_memory_callbacks: list[Callable[[], object]] = []
-        self.oom_observers: list[Callable[[int, int, int, int], None]] = []  # (never called)
         self.recorder: Any = None  # count_device_calls' counters, or None
         self.private_pools: dict[tuple[int, int], Any] = {}  # MemPools made on the device
         self.routes: list[tuple[Any, Callable[[int], bool]]] = []  # use_mem_pool's, unused
@@ -160,7 +159,10 @@ class AsyncAllocator(FreesDropped):
             return ptr
         with self._lock:
             error = self._out_of_memory(size, stream)
-        raise error
+        try:
+            raise error
+        finally:  # (no cycle through this frame: see DeviceCachingAllocator.malloc)
+            del error
 
     def record_stream(self, ptr: int, stream: int) -> None:
         """The allocation at ``ptr`` is used on ``stream`` too: its free waits for the work
@@ -276,6 +278,35 @@ class AsyncAllocator(FreesDropped):
     def remove_route(self, route: Any) -> None:
         with self._lock:
             self.routes.remove(route)
+
+    def set_recorder(self, recorder: Any) -> None:
+        """The event hook (count_device_calls' counters), or None. Call under ``locked()``."""
+        self.recorder = recorder
+
+    def add_free_memory_callback(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` before raising OutOfMemoryError (without the lock)."""
+        with self._lock:
+            self.free_memory_callbacks.append(callback)
+
+    def remove_free_memory_callback(self, callback: Callable[[], object]) -> None:
+        """Stop calling ``callback`` (ValueError if it was not added)."""
+        with self._lock:
+            if callback not in self.free_memory_callbacks:
+                raise ValueError(f"callback: {callback!r} is not registered on {self.device}")
+            self.free_memory_callbacks.remove(callback)
+
+    def attach_oom_observer(self, observer: Callable[[int, int, int, int], None]) -> None:
+        """RuntimeError, as PyTorch's backend:cudaMallocAsync."""
+        raise RuntimeError(
+            "cudaMallocAsync does not yet support attach_out_of_memory_observer "
+            "(as PyTorch's backend:cudaMallocAsync)"
+        )
+
+    def add_private_pool(self, private: Any) -> None:
+        """Keep a MemPool made on the device (its requests still come from the device's
+        pool, as in PyTorch's backend)."""
+        with self._lock:
+            self.private_pools[private.id] = private
 
     @contextmanager
     def locked(self) -> Iterator[None]:

@@ -15,26 +15,76 @@ Policy (PyTorch's, exactly, unless a vram option says otherwise):
   reuse: the lifetime policy in ``_lifetimes``).
 - When no free block fits, the flat ladder: free-memory callbacks and search again; (vram)
   a whole free segment of another stream; garbage collection; new memory from the segment
-  source (``_sources``: device malloc or expandable pages); release one oversize free block
-  (or several) and retry; wait for pending frees, release every whole free segment and
-  retry (num_alloc_retries); call the OOM observers and raise OutOfMemoryError.
+  source (``_sources``: device malloc or expandable pages; a capturing private pool grows
+  in the relaxed capture mode); release one oversize free block (or several) and retry;
+  wait for pending frees, release every whole free segment and retry (num_alloc_retries);
+  call the OOM observers and raise OutOfMemoryError.
 
 The parts: ``_pool`` (segments, blocks, the free-block index), ``_lifetimes`` (events),
-``_sources`` (where memory comes from), ``_stats`` (the counters). This module is the
-policy that drives them.
+``_sources`` (where memory comes from; each segment carries its source), ``_stats`` (the
+counters). This module is the policy that drives them: ``malloc`` and ``_free`` are the
+one place each decision is made, for every configuration and for the uncached allocator
+(Note [The cached path]).
+
+Extension points (Note [Taking a dropped block back]
+A dropped tensor's pointer waits in ``_dropped`` until the next call. When that call is a
+malloc of the block's own rounded size, on its stream and pool, and nothing has entered or
+left the stream's free-block index since ``Pool.take`` split the block off the free block
+that best fit chose (the index's ``version`` is the block's ``mark``), then freeing it
+merges it back into exactly that free block and the malloc's best fit chooses that block
+again and splits it in the same place: the answer is the block itself. ``_take_back``
+returns it, with the stats of the free and of the malloc (``DeviceStats.reuse``), and the
+pool is left as the two steps would leave it. It is a cache of the simple path's answer,
+taken only where nothing else could decide differently: not for a block that came from
+growing (best fit did not choose it), nor with record_use events, record_stream uses,
+pending frees, the event hook, the block finder, garbage collection, cross-stream reuse,
+expandable segments or an oversize block; a settings change forgets every mark.
+tests/memory/test_differential.py checks it against the free and the malloc.
+
+Note [Hooks]): other modules observe or steer the allocator only through
+what it declares here, called at one named place each; none assigns to an allocator.
 
 Locking: one lock per allocator (``_lock``). Every public method takes it and never calls
-another public method. Finalizers never take it: a dropped Allocation pushes its pointer
-onto ``_dropped`` (an atomic deque append) and the next call of any public method frees
-it first; ``free`` does the same when the lock is busy. The lock is let go only around
-user code (free-memory callbacks, OOM observers), at points where the call has not
-changed anything yet. A finalizer must not allocate (malloc would wait on the lock its
-own thread holds).
+another public method, except those marked "call under ``locked()``", which run inside
+the caller's ``with allocator.locked():``. Finalizers never take it: a dropped tensor's
+storage pushes its pointer onto ``_dropped`` (``free_later``: an atomic deque append) and
+the next call of any public method frees it first; ``free`` does the same when the lock is
+busy. The lock is let go only around user code (free-memory callbacks, OOM observers), at
+points where the call has not changed anything yet. A finalizer must not allocate (malloc
+would wait on the lock its own thread holds).
 
 ``VRAM_NO_CACHING=1`` (or PyTorch's PYTORCH_NO_CUDA_MEMORY_CACHING, read when an allocator is
-made) gives an ``UncachedAllocator`` instead (``_uncached``): every request is a device
-allocation of its own, given back at free. ``_registry`` makes one allocator per device;
-``_oom_report`` words the OutOfMemoryError and says why it happened.
+made) gives an ``UncachedAllocator`` (``_uncached``): the same allocator with ``no_caching``
+set, whose requests are device allocations of their own, given back at free.
+``_registry`` makes one allocator per device; ``_oom_report`` registers what words the
+OutOfMemoryError and says why it happened (``register_oom_report``).
+
+Note [The cached path]
+A request served from the cache costs a handful of frames: ``malloc`` (rounding, the pool,
+the split decision, the bookkeeping of the hand-out), ``_find_free_block`` (the find hook,
+best fit, the oversize rules), ``Pool.best_fit`` and ``Pool.take`` (the index, with the
+pool's invariants asserted there) and ``DeviceStats.alloc``; a free, ``_free`` and
+``Pool.give`` and ``DeviceStats.free``. Everything else (routes, expandable segments,
+record_use events, history, the uncached allocator, growing) branches off from there and
+comes back, so no configuration has a path of its own that could decide differently.
+tests/memory/test_differential.py replays every bundled trace under every configuration
+against a reference built from the pool's primitives.
+
+Note [Hooks]
+- ``set_recorder(recorder)``: ``recorder.record(allocator, action, addr, size, stream,
+  context)`` for every alloc, free, segment and oom event (history, count_device_calls,
+  the stream sanitizer hang on one ``_history.Recorder``); at ``_trace``.
+- ``add_reserve_hook(hook)``: ``hook(pool, segment, start, nbytes, action)`` after memory
+  is reserved (nbytes > 0) or given back (replay's segment sizes); at ``_account``.
+- ``set_block_finder(finder)``: ``finder(pool, size, stream)``, a FREE block to hand out
+  before best fit is asked, or None (the stream sanitizer's early reuse); at
+  ``_find_free_block``, which every search of the cache goes through.
+- ``set_drop_hook(hook)``: ``hook(ptr)`` when a finalizer drops ``ptr`` (no lock may be
+  taken; the sanitizer notes the stack); at ``free_later``.
+- Free-memory callbacks and OOM observers (PyTorch's), private pools and graph capture
+  (``add_private_pool``, ``begin_allocate_to_pool``, ``end_allocate_to_pool``,
+  ``release_pool``: PyTorch's names; the capture's half of the lifetime policy comes in
+  as an argument), and ``register_oom_report`` (module-wide: the OOM message and report).
 """
 
 from __future__ import annotations
@@ -47,11 +97,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from .._device import Device
+from .._errors import OutOfMemoryError
+from .._units import format_size
 from ..driver import Driver
 from ._allocation import FreesDropped
 from ._config import SIZE_MAX, AllocatorConfig, default_config
 from ._lifetimes import Lifetimes
-from ._oom_report import dump_on_oom, out_of_memory
 from ._pool import (
     ALLOCATED,
     LARGE_BUFFER,
@@ -64,20 +115,47 @@ from ._pool import (
     UNMAPPED,
     Block,
     Pool,
+    PrivatePool,
     Segment,
 )
 from ._sources import DeviceMalloc, Expandable
 from ._stats import DeviceStats
 
-__all__ = ["DeviceCachingAllocator"]
+__all__ = ["DeviceCachingAllocator", "register_oom_report"]
 
 Route = tuple[Any, Callable[[int], bool]]  # (private pool, which streams' requests it takes)
+# (allocator, size, stream) -> (the OutOfMemoryError, the OOM observers' arguments)
+OomBuilder = Callable[[Any, int, int], tuple[OutOfMemoryError, tuple]]
+OomAfter = Callable[[Any, BaseException], None]  # (allocator, error), without the lock
+
+
+def _plain_oom(allocator: DeviceCachingAllocator, size: int, stream: int) -> tuple:
+    """The OutOfMemoryError when no report is registered: PyTorch's first sentence."""
+    alloc_size = allocator.allocation_size(allocator.round_size(size))
+    free, total = allocator.driver.mem_get_info(allocator.index)
+    error = OutOfMemoryError(
+        f"{allocator.device.type.upper()} out of memory. Tried to allocate "
+        f"{format_size(alloc_size)}."
+    )
+    limit = allocator.allowed_memory_maximum
+    return error, (allocator.index, alloc_size, total if limit is None else limit, free)
+
+
+_oom: list[Any] = [_plain_oom, None]  # [builder (under the lock), after (unlocked) or None]
+
+
+def register_oom_report(build: OomBuilder, after: OomAfter | None = None) -> None:
+    """Word every allocator's OutOfMemoryError with ``build(allocator, size, stream)``
+    (called under the allocator's lock, after the OOM is counted and traced: it returns the
+    error and the OOM observers' arguments), and call ``after(allocator, error)`` once the
+    lock is let go (``_oom_report`` registers itself here, so this module needs none of it)."""
+    _oom[:] = [build, after]
 
 
 class DeviceCachingAllocator(FreesDropped):
     """The caching allocator of one device (cuda:N or sim:N)."""
 
-    no_caching = False
+    no_caching = False  # the UncachedAllocator's: every request a device allocation of its own
 
     def __init__(
         self, device: Device, config: AllocatorConfig | None = None, driver: Driver | None = None
@@ -86,6 +164,7 @@ class DeviceCachingAllocator(FreesDropped):
         self.index: int = device.index  # type: ignore[assignment]
         self.driver: Driver = driver or device.driver  # another driver: replays use their own
         self.config = config or default_config()
+        self.no_caching: bool = type(self).no_caching  # (an instance attribute: read per free)
         self._lock = threading.Lock()
         self._dropped: deque[int] = deque()  # pointers freed by finalizers, freed next call
         self.small = Pool(is_small=True)
@@ -101,8 +180,11 @@ class DeviceCachingAllocator(FreesDropped):
         self.fraction = 1.0
         self.free_memory_callbacks: list[Callable[[], object]] = []
         self.oom_observers: list[Callable[[int, int, int, int], None]] = []
-        self.recorder: Any = None  # the history recorder (vram.memory history), or None
-        self.private_pools: dict[tuple[int, int], Any] = {}  # id -> PrivatePool
+        self.recorder: Any = None  # the event hook (Note [Hooks]), or None
+        self._reserve_hooks: tuple[Callable[..., None], ...] = ()
+        self._finder: Callable[[Pool, int, int], Block | None] | None = None
+        self._drop_hook: Callable[[int], None] | None = None
+        self.private_pools: dict[tuple[int, int], PrivatePool] = {}  # id -> private pool
         self.routes: list[Route] = []  # requests routed to private pools, latest first
         self._gc_on = False
         self._settings(self.config)
@@ -111,27 +193,99 @@ class DeviceCachingAllocator(FreesDropped):
 
     # ====================================================================== public API
     def malloc(self, size: int, stream: int) -> int:
-        """Return a device pointer to at least ``size`` bytes usable on ``stream``."""
+        """Return a device pointer to at least ``size`` bytes usable on ``stream``.
+
+        The one place a request is decided (Note [The cached path]): the size, the pool, a
+        free block or new memory, the split, and the bookkeeping of the hand-out.
+        """
         lock = self._lock
         lock.acquire()  # (not ``with``: on the hot path that costs twice as much)
         try:
-            if self._dropped:
+            # the size and the pool
+            if self._divisions is None:  # the common rounding, without a call
+                rounded = (size + MIN_BLOCK_SIZE - 1) & -MIN_BLOCK_SIZE or MIN_BLOCK_SIZE
+            else:
+                rounded = self.round_size(size)
+            small = rounded <= SMALL_SIZE
+            if self.routes:
+                private = self._route(stream)
+                if private is None:
+                    pool = self.small if small else self.large
+                else:
+                    pool = private.small if small else private.large
+            else:
+                pool = self.small if small else self.large
+            # what finalizers dropped first (Note [Taking a dropped block back])
+            dropped = self._dropped
+            if dropped:
+                if len(dropped) == 1:
+                    ptr = self._take_back(pool, rounded, size, stream)
+                    if ptr:
+                        return ptr
                 self._free_dropped()
-            if self.lifetimes.waiting:
+            lifetimes = self.lifetimes
+            if lifetimes.waiting:
                 self._free_completed()
-            block = self._malloc(size, stream)
+            # a free block, or new memory
+            block = self._find_free_block(pool, rounded, stream)
+            grown = block is None
+            if grown:
+                block = self._grow(pool, rounded, stream)
+                if block is None:
+                    self.stats.num_ooms += 1
+                    if self.recorder is not None:
+                        free = self.driver.mem_get_info(self.index)[0]
+                        self._trace("oom", free, rounded, stream)
+                    error, observed = _oom[0](self, size, stream)
             if block is not None:
-                return block.ptr
-            error, report = out_of_memory(self, size, stream)
+                # the split: the request takes the front, the rest stays free; and
+                # inactive_split (free blocks of split device allocations), as PyTorch counts
+                whole = block.size
+                rest = whole - rounded
+                if small or self._split_always:
+                    split = rest >= MIN_BLOCK_SIZE
+                else:
+                    split = rest > SMALL_SIZE and rounded < self._max_split
+                if block.prev is None and block.next is None:
+                    split_blocks, split_bytes = (1, rest) if split else (0, 0)
+                else:
+                    split_blocks, split_bytes = (0, -rounded) if split else (-1, -whole)
+                if split:
+                    pool.take(block, rounded)
+                    whole = rounded
+                else:
+                    pool.take(block, whole)
+                if grown:  # (not best fit's answer: nothing to take back, see the Note)
+                    block.mark = -1
+                if block.segment.source.expandable:
+                    split_blocks = split_bytes = 0
+                block.state = ALLOCATED
+                block.requested_size = size
+                ptr = block.ptr
+                if block.use_events is not None:
+                    lifetimes.wait_uses(block, stream)
+                self._allocated[ptr] = block
+                self.stats.alloc(small, whole, size, split_blocks, split_bytes)
+                if self._oversize_rules and whole >= self._max_split:
+                    self._oversize.add(block)
+                    self.stats.oversize_allocations.increase(1)
+                if self.recorder is not None:
+                    block.context = self._trace("alloc", ptr, size, stream)
+                return ptr
         finally:
             lock.release()
-        dump_on_oom(self, error)  # VRAM_OOM_SNAPSHOT / oom_snapshot (_oom_report), unlocked
+        after = _oom[1]
+        if after is not None:
+            after(self, error)  # (VRAM_OOM_SNAPSHOT: _oom_report's, without the lock)
         for observer in list(self.oom_observers):  # without the lock, as PyTorch calls them
             try:
-                observer(*report)
+                observer(*observed)
             except Exception:  # an observer must not hide the OOM itself
                 pass
-        raise error
+        try:
+            raise error
+        finally:  # (this frame must not keep the error: its traceback holds the frame, and
+            del error  # the caller's frames with the failed attempt's tensors, in a cycle)
 
     def record_stream(self, ptr: int, stream: int) -> None:
         """The allocation at ``ptr`` is used on ``stream`` (PyTorch's recordStream)."""
@@ -160,6 +314,14 @@ class DeviceCachingAllocator(FreesDropped):
                 self.lifetimes.note_stream_use(block, stream)
             else:
                 self.lifetimes.note_use(block, stream, device if peer else None)
+
+    def free_later(self, ptr: int) -> None:
+        """Free ``ptr`` at the allocator's next call: for finalizers, which must not take
+        the lock (the allocator may be inside a call on this very thread)."""
+        hook = self._drop_hook
+        if hook is not None:
+            hook(ptr)
+        self._dropped.append(ptr)
 
     def empty_cache(self) -> None:
         """Give every whole free segment (and free expandable page) back to the device,
@@ -215,15 +377,11 @@ class DeviceCachingAllocator(FreesDropped):
     def add_route(self, pool: Any, takes: Callable[[int], bool]) -> Route:
         """Route requests on the streams ``takes(stream)`` accepts to private ``pool``
         (use_mem_pool, graph capture) until ``remove_route``; the latest route wins."""
-        with self._lock:
-            route = (pool, takes)
-            self.routes.insert(0, route)
-            if pool.id not in self.private_pools:
-                self.private_pools[pool.id] = pool
-            return route
+        with self.locked():
+            return self._add_route(pool, takes)
 
     def remove_route(self, route: Route) -> None:
-        with self._lock:
+        with self.locked():
             self.routes.remove(route)
 
     @contextmanager
@@ -249,6 +407,124 @@ class DeviceCachingAllocator(FreesDropped):
             seen[id(block)] = block
         return sorted(seen.values(), key=lambda b: b.ptr)
 
+    # ===================================================== extension points (Note [Hooks])
+    def set_recorder(self, recorder: Any) -> None:
+        """The event hook: ``recorder.record(...)`` at every event, or None (no hook: the
+        events cost one test each). Call under ``locked()``."""
+        self.recorder = recorder
+
+    def add_reserve_hook(self, hook: Callable[..., None]) -> None:
+        """Call ``hook(pool, segment, start, nbytes, action)`` after memory is reserved from
+        the device (nbytes > 0) or given back (nbytes < 0)."""
+        with self.locked():
+            self._reserve_hooks = (*self._reserve_hooks, hook)
+
+    def remove_reserve_hook(self, hook: Callable[..., None]) -> None:
+        with self.locked():
+            self._reserve_hooks = tuple(h for h in self._reserve_hooks if h is not hook)
+
+    def set_block_finder(self, finder: Callable[[Pool, int, int], Block | None] | None) -> None:
+        """Ask ``finder(pool, size, stream)`` for a FREE block of ``pool`` before best fit
+        (a block it returns must fit: at least ``size`` bytes, of ``stream``, in the index);
+        None: best fit alone. Call under ``locked()``."""
+        self._finder = finder
+
+    def set_drop_hook(self, hook: Callable[[int], None] | None) -> None:
+        """Call ``hook(ptr)`` when a finalizer drops ``ptr`` (it runs in the finalizer: it
+        must not take a lock the allocator may hold). Call under ``locked()``."""
+        self._drop_hook = hook
+
+    def add_free_memory_callback(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` before the allocator grows (without the lock)."""
+        with self.locked():
+            self.free_memory_callbacks.append(callback)
+
+    def remove_free_memory_callback(self, callback: Callable[[], object]) -> None:
+        """Stop calling ``callback`` (ValueError if it was not added)."""
+        with self.locked():
+            if callback not in self.free_memory_callbacks:
+                raise ValueError(f"callback: {callback!r} is not registered on {self.device}")
+            self.free_memory_callbacks.remove(callback)
+
+    def attach_oom_observer(self, observer: Callable[[int, int, int, int], None]) -> None:
+        """Call ``observer(device, alloc_size, device_limit, device_free)`` before an OOM
+        raises (without the lock)."""
+        with self.locked():
+            self.oom_observers.append(observer)
+
+    def add_private_pool(self, private: PrivatePool) -> None:
+        """Make ``private`` (a MemPool's) one of this allocator's private pools."""
+        with self.locked():
+            self.private_pools[private.id] = private
+
+    def begin_allocate_to_pool(
+        self,
+        pool_id: tuple[int, int],
+        takes: Callable[[int], bool],
+        capture: Callable[[Driver], Any],
+    ) -> Route:
+        """PyTorch's beginAllocateToPool: requests on the streams ``takes(stream)`` accepts go
+        to private pool ``pool_id`` (made, or shared: its use count grows), and the
+        allocator keeps to capture's rules until ``end_allocate_to_pool``; ``capture(driver)``
+        makes the capture's half of the lifetime policy (``_graph_pools.GraphCapture``)
+        when none is made yet. Returns the route to end.
+
+        Free blocks of the pool still waiting on record_use events are waited for now (a
+        capturing stream cannot wait on an event recorded outside its capture). Synchronizes
+        on those events only.
+        """
+        with self.locked():
+            private = self.private_pools.get(pool_id)
+            if private is not None and private.captures:
+                raise RuntimeError(
+                    f"pool {pool_id}: another capture is recording into this pool now; "
+                    "captures that share a pool must run one after another"
+                )
+            if private is None:
+                private = self.private_pools[pool_id] = PrivatePool(pool_id)
+            elif private.freeable:  # every holder was gone: the pool lives again
+                private.use_count, private.freeable = 1, False
+            else:
+                private.use_count += 1
+            lifetimes = self.lifetimes
+            for pool in (private.small, private.large):
+                for block in pool.free_blocks():
+                    if block.use_events:
+                        lifetimes.wait_for_uses(block)
+                        block.use_events = None
+            private.captures += 1
+            if lifetimes.capture is None:
+                lifetimes.capture = capture(self.driver)
+            lifetimes.capture.reuse = self.config.graph_capture_record_stream_reuse
+            lifetimes.captures += 1
+            return self._add_route(private, takes)
+
+    def end_allocate_to_pool(self, route: Route) -> None:
+        """PyTorch's endAllocateToPool: the capture's requests go where they went before."""
+        with self.locked():
+            self.routes.remove(route)
+            route[0].captures -= 1
+            lifetimes = self.lifetimes
+            lifetimes.captures -= 1
+            if lifetimes.captures == 0:
+                lifetimes.capture.captures_ended(lifetimes.deferred)
+
+    def release_pool(self, pool_id: tuple[int, int]) -> None:
+        """PyTorch's releasePool: one holder of the pool is gone; with none left,
+        empty_cache() may give its free segments back."""
+        with self.locked():
+            self._release_holder(pool_id)
+
+    def release_pool_later(self, pool_id: tuple[int, int]) -> None:
+        """``release_pool`` for finalizers: done at the next call (no lock here)."""
+        self.later(lambda: self._release_holder(pool_id))
+
+    def pool_use_count(self, pool_id: tuple[int, int]) -> int:
+        """How many holders private pool ``pool_id`` has (0 when it is gone or freeable)."""
+        with self.locked():
+            private = self.private_pools.get(pool_id)
+            return 0 if private is None or private.freeable else private.use_count
+
     # ================================================================= the steps of malloc
     def round_size(self, size: int) -> int:
         """PyTorch's round_size: 512 B multiples, or power-of-two divisions when set."""
@@ -269,26 +545,44 @@ class DeviceCachingAllocator(FreesDropped):
             return LARGE_BUFFER
         return -(-size // ROUND_LARGE) * ROUND_LARGE
 
-    def _malloc(self, orig_size: int, stream: int) -> Block | None:
-        """One request: resolve its size and pool, find or grow a block, hand it out."""
-        if self._divisions is None:  # the common rounding, without a call
-            size = (orig_size + MIN_BLOCK_SIZE - 1) & -MIN_BLOCK_SIZE or MIN_BLOCK_SIZE
-        else:
-            size = self.round_size(orig_size)
-        small = size <= SMALL_SIZE
-        if self.routes:
-            private = self._route(stream)
-            pool = self.small if private is None else private.small
-            if not small:
-                pool = self.large if private is None else private.large
-        else:
-            pool = self.small if small else self.large
-        block = self._find_free_block(pool, size, stream)
-        if block is None:
-            block = self._grow(pool, size, stream)
-            if block is None:
-                return None
-        return self._hand_out(block, pool, size, orig_size, stream)
+    def _release_holder(self, pool_id: tuple[int, int]) -> None:
+        private = self.private_pools.get(pool_id)
+        if private is not None and not private.freeable:
+            private.release_one()
+
+    def _take_back(self, pool: Pool, rounded: int, size: int, stream: int) -> int:
+        """The dropped block itself when freeing it and serving this request would give it
+        back (Note [Taking a dropped block back]): its pointer, with the stats of the free
+        and the malloc; else 0 (nothing changed)."""
+        item = self._dropped[0]
+        if type(item) is not int:
+            return 0
+        block = self._allocated.get(item)
+        if block is None or block.size != rounded or block.mark < 0:
+            return 0
+        segment = block.segment
+        if segment.pool is not pool or segment.stream != stream:
+            return 0
+        if pool.index[stream].version != block.mark or segment.source.expandable:
+            return 0  # (something entered or left the stream's index since it was split)
+        lifetimes = self.lifetimes
+        if (
+            block.use_events is not None
+            or lifetimes.waiting
+            or block in lifetimes.stream_uses
+            or self.recorder is not None
+            or self._finder is not None
+            or self._gc_on
+            or self._note_frees
+            or (self._oversize_rules and rounded >= self._max_split)
+        ):
+            return 0
+        self._dropped.popleft()
+        rest = block.next
+        whole = block.prev is None and rest.next is None  # (the merged block: a segment)
+        self.stats.reuse(pool.is_small, rounded, block.requested_size, size, rest.size, whole)
+        block.requested_size = size
+        return item
 
     def _route(self, stream: int) -> Any:
         for private, takes in self.routes:
@@ -296,18 +590,33 @@ class DeviceCachingAllocator(FreesDropped):
                 return private
         return None
 
+    def _add_route(self, pool: Any, takes: Callable[[int], bool]) -> Route:
+        route = (pool, takes)
+        self.routes.insert(0, route)
+        if pool.id not in self.private_pools:
+            self.private_pools[pool.id] = pool
+        return route
+
     def _find_free_block(self, pool: Pool, size: int, stream: int) -> Block | None:
-        """PyTorch's get_free_block: best fit on ``stream`` with the oversize rules; the
-        block stays in the index (``_hand_out`` takes it)."""
+        """PyTorch's get_free_block: the block finder hook's choice, else best fit on
+        ``stream`` with the oversize rules; the block stays in the index (malloc takes it).
+        Every search of the cache comes here."""
         if self._gc_on:
             pool.get_free_blocks_call_count += 1
+        finder = self._finder
+        if finder is not None:
+            block = finder(pool, size, stream)
+            if block is not None:
+                return block
         block = pool.best_fit(stream, size)
         if block is None:
             return None
-        if block.segment.expandable is not None:
+        if block.segment.source.expandable:
             block = self._expandable_choice(pool, block, size, stream)
             if block is None:
                 return None
+        if not self._oversize_rules:  # (no max_split_size: no block is oversize)
+            return block
         max_split = self._max_split
         if size < max_split:
             return None if block.size >= max_split else block  # no oversize block for it
@@ -320,7 +629,7 @@ class DeviceCachingAllocator(FreesDropped):
         with expandable segments switched off since, only other blocks may serve."""
         candidates = pool.blocks_from(stream, size)
         if not self.config.expandable_segments:
-            return next((b for b in candidates if b.segment.expandable is None), None)
+            return next((b for b in candidates if not b.segment.source.expandable), None)
 
         def growable(b: Block) -> int:  # its size, plus the unmapped stretch after it
             after = b.next
@@ -328,42 +637,12 @@ class DeviceCachingAllocator(FreesDropped):
 
         i = 0
         while (
-            candidates[i].segment.expandable is not None
+            candidates[i].segment.source.expandable
             and i + 1 < len(candidates)
             and growable(candidates[i + 1]) < growable(candidates[i])
         ):
             i += 1
         return candidates[i]
-
-    def _hand_out(self, block: Block, pool: Pool, size: int, orig_size: int, stream: int) -> Block:
-        """Take ``block`` out of the index, split off its front for the request when worth
-        it, and mark it allocated."""
-        was_split = block.prev is not None or block.next is not None
-        rest = block.size - size
-        if pool.is_small or self._split_always:
-            split = rest >= MIN_BLOCK_SIZE
-        else:
-            split = rest > SMALL_SIZE and size < self._max_split
-        # inactive_split (free blocks of split segments, not expandable) as PyTorch counts it
-        if split:
-            split_blocks, split_bytes = (0, -size) if was_split else (1, rest)
-        else:
-            split_blocks, split_bytes = (-1, -block.size) if was_split else (0, 0)
-        pool.take(block, size if split else block.size)
-        if block.segment.expandable is not None:
-            split_blocks = split_bytes = 0
-        block.state = ALLOCATED
-        block.requested_size = orig_size
-        if block.use_events is not None:
-            self.lifetimes.wait_uses(block, stream)
-        self._allocated[block.ptr] = block
-        self.stats.alloc(pool.is_small, block.size, orig_size, split_blocks, split_bytes)
-        if block.size >= self._max_split:
-            self._oversize.add(block)
-            self.stats.oversize_allocations.increase(1)
-        if self.recorder is not None:
-            block.context = self._trace("alloc", block.ptr, orig_size, stream)
-        return block
 
     # =============================================================== no block fits: grow
     def _grow(self, pool: Pool, size: int, stream: int) -> Block | None:
@@ -425,7 +704,7 @@ class DeviceCachingAllocator(FreesDropped):
             if other == stream:
                 continue
             for candidate in pool.blocks_from(other, size):
-                if candidate.segment.expandable is None and not candidate.is_split():
+                if candidate.segment.source.whole(candidate):
                     if not (size < max_split <= candidate.size) and (
                         best is None or (candidate.size, candidate.ptr) < (best.size, best.ptr)
                     ):
@@ -444,18 +723,31 @@ class DeviceCachingAllocator(FreesDropped):
     def _new_memory(self, pool: Pool, size: int, alloc_size: int, stream: int) -> Block | None:
         """PyTorch's alloc_block: new memory from the pool's segment source, as a FREE block
         in the index; None when the device (or the memory fraction) has no room. With
-        expandable segments the cap is checked against the pages that would be mapped."""
+        expandable segments the cap is checked against the pages that would be mapped. A
+        private pool that a graph captures into grows in the relaxed capture mode (PyTorch's
+        cudaMallocMaybeCapturing): a capture may not forbid the allocator its own growth."""
         limit = self.allowed_memory_maximum
-        if self.config.expandable_segments and pool.owner is None:
+        if self._expandable_on and pool.owner is None:
             page = SMALL_BUFFER if pool.is_small else self.config.expandable_page_size
             budget = None if limit is None else limit - self.total_allocated_memory
             return self.expandable.grow(pool, stream, size, page, budget)
         if limit is not None and self.total_allocated_memory + alloc_size > limit:
             return None
-        return self.device_malloc.grow(pool, stream, alloc_size)
+        owner = pool.owner
+        if owner is None or not owner.captures:
+            return self.device_malloc.grow(pool, stream, alloc_size)
+        driver = self.driver
+        if driver.stream_capture_info(stream).status != "active":
+            return self.device_malloc.grow(pool, stream, alloc_size)
+        previous = driver.thread_exchange_capture_mode("relaxed")
+        try:
+            return self.device_malloc.grow(pool, stream, alloc_size)
+        finally:
+            driver.thread_exchange_capture_mode(previous)
 
     def _account(self, pool: Pool, segment: Segment, start: int, nbytes: int, action: str) -> None:
-        """What the segment sources reserve (nbytes > 0) and give back (< 0)."""
+        """What the segment sources reserve (nbytes > 0) and give back (< 0); then the
+        reserve hooks."""
         stats = self.stats
         whole = action in ("segment_alloc", "segment_free")
         self.total_allocated_memory += nbytes
@@ -478,59 +770,80 @@ class DeviceCachingAllocator(FreesDropped):
             if whole and segment.oversize:
                 stats.oversize_segments.decrease(1)
             self._trace(action, start, -nbytes, segment.stream, segment.context)
+        for hook in self._reserve_hooks:
+            hook(pool, segment, start, nbytes, action)
 
     # =================================================================== the steps of free
     def _free(self, ptr: int) -> None:
-        block = self._allocated.get(ptr)
+        """The one place a free is decided: the block waits for its record_stream uses
+        (PENDING), or goes back to its pool, merged with its free neighbours (the uncached
+        allocator: back to the device)."""
+        block = self._allocated.pop(ptr, None)
         if block is None:
             raise ValueError(f"ptr: {ptr:#x} is not a live allocation of {self.device}")
         lifetimes = self.lifetimes
-        segment = block.segment
-        if self._note_frees:
-            lifetimes.note_free(block, segment.stream)
-        pending = bool(lifetimes.stream_uses) and lifetimes.free_waits(block)
-        del self._allocated[ptr]  # (the event records above may raise: nothing changed yet)
+        pending = False
+        if self.no_caching or self._note_frees or lifetimes.stream_uses:
+            try:
+                if self.no_caching:
+                    self._wait_before_giving_back(block)
+                elif self._note_frees:
+                    lifetimes.note_free(block, block.segment.stream)
+                pending = bool(lifetimes.stream_uses) and lifetimes.free_waits(block)
+            except BaseException:  # (a driver call failed: nothing has changed)
+                self._allocated[ptr] = block
+                raise
         if self._oversize and block in self._oversize:
             self._oversize.remove(block)
             self.stats.oversize_allocations.decrease(1)
         if self.recorder is not None:
-            self._trace("free_requested", block.ptr, block.requested_size, segment.stream)
+            self._trace("free_requested", ptr, block.requested_size, block.segment.stream)
         if pending:
             block.state = PENDING
-            self.stats.free_requested(segment.pool.is_small, block.size, block.requested_size)
+            self.stats.free_requested(block.segment.pool.is_small, block.size, block.requested_size)
             return
-        size, requested = block.size, block.requested_size
-        split_blocks, split_bytes = self._free_block(block)
-        self.stats.free(segment.pool.is_small, size, requested, split_blocks, split_bytes)
+        self._free_block(block, False)
+        if self.no_caching:
+            self._give_back(block)
+        elif block.use_events:
+            lifetimes.prune(block)
 
-    def _free_block(self, block: Block) -> tuple[int, int]:
-        """Return a block whose uses are over to its pool, merged with free neighbours;
-        the net change of inactive_split (count, bytes), as PyTorch counts it."""
-        pool = block.segment.pool
+    def _free_block(self, block: Block, completes: bool) -> None:
+        """Return a block whose uses are over to its pool, merged with its free neighbours,
+        and count the free (``completes``: of a free already counted as pending) with
+        inactive_split's net change, as PyTorch counts it."""
+        segment = block.segment
         if self.recorder is not None:
-            self._trace("free_completed", block.ptr, block.requested_size, block.segment.stream)
+            self._trace("free_completed", block.ptr, block.requested_size, segment.stream)
             block.context = None
         size = block.size
-        absorbed = pool.give(block)
-        if block.segment.expandable is not None:
-            return 0, 0
-        split_blocks, split_bytes = -absorbed, size - block.size  # the neighbours it took
-        if block.prev is not None or block.next is not None:
-            split_blocks += 1
-            split_bytes += block.size
-        return split_blocks, split_bytes
+        absorbed = segment.pool.give(block)
+        if segment.source.expandable:
+            split_blocks = split_bytes = 0
+        elif block.prev is None and block.next is None:  # a whole segment now
+            split_blocks, split_bytes = -absorbed, size - block.size
+        else:  # it stays split: itself in, its absorbed neighbours out
+            split_blocks, split_bytes = 1 - absorbed, size
+        small = segment.pool.is_small
+        if completes:
+            self.stats.free_completed(small, size, block.requested_size, split_blocks, split_bytes)
+        else:
+            self.stats.free(small, size, block.requested_size, split_blocks, split_bytes)
+
+    def _wait_before_giving_back(self, block: Block) -> None:
+        """The uncached allocator's free: wait for the streams that used the block (as
+        cudaFree would), and for its record_use events. Synchronizes."""
+        lifetimes = self.lifetimes
+        streams = {block.segment.stream, *lifetimes.stream_uses.pop(block, ())}
+        for stream in sorted(streams):
+            self.driver.stream_synchronize(stream)
+        if block.use_events:
+            lifetimes.wait_for_uses(block)
 
     def _free_completed(self) -> None:
         """Return the PENDING blocks whose record_stream events have completed."""
         for block in self.lifetimes.completed():
-            self._complete(block)
-
-    def _complete(self, block: Block) -> None:
-        size, requested = block.size, block.requested_size
-        split_blocks, split_bytes = self._free_block(block)
-        self.stats.free_completed(
-            block.segment.pool.is_small, size, requested, split_blocks, split_bytes
-        )
+            self._free_block(block, True)
 
     def _live_block(self, ptr: int, what: str) -> Block:
         block = self._allocated.get(ptr)
@@ -540,21 +853,18 @@ class DeviceCachingAllocator(FreesDropped):
 
     # ======================================================= giving memory back to the device
     def _give_back(self, block: Block) -> None:
-        """Give a FREE block's memory back to the device: a whole segment, or the whole
-        free pages of an expandable one. Waits for the block's record_use events first."""
+        """Give a FREE block's memory back to the device through its segment's source: a
+        whole segment, or the whole free pages of an expandable one. Waits for the block's
+        record_use events first."""
         if block.use_events:
             self.lifetimes.wait_for_uses(block)
         block.segment.pool.remove(block)
-        if block.segment.expandable is None:
-            self.device_malloc.release(block)
-        else:
-            self.driver.stream_synchronize(block.segment.stream)  # unmapping does not wait
-            self.expandable.release(block)
+        block.segment.source.release(block)
 
     def _release_pool(self, pool: Pool) -> None:
         """Release every whole free segment of the pool; unmap free expandable pages."""
         for block in pool.free_blocks():
-            if block.segment.expandable is not None or not block.is_split():
+            if block.segment.source.releasable(block):
                 self._give_back(block)
 
     def _release_cached_blocks(self) -> None:
@@ -563,7 +873,7 @@ class DeviceCachingAllocator(FreesDropped):
             return
         self.stats.num_sync_all_streams += 1
         for block in self.lifetimes.synchronize():
-            self._complete(block)
+            self._free_block(block, True)
         self._release_pool(self.large)
         self._release_pool(self.small)
         for pool_id, private in list(self.private_pools.items()):
@@ -584,14 +894,14 @@ class DeviceCachingAllocator(FreesDropped):
         blocks = pool.blocks_from(stream)
         above = [b for b in blocks if b.size >= want]
         for block in above:
-            if _whole_segment(block):
+            if block.segment.source.whole(block):
                 self._give_back(block)
                 return True
         released = 0
         for block in reversed([b for b in blocks if b.size < want]):
             if released >= want or block.size < max_split:
                 break
-            if _whole_segment(block):
+            if block.segment.source.whole(block):
                 released += block.size
                 self._give_back(block)
         return released >= want
@@ -607,14 +917,14 @@ class DeviceCachingAllocator(FreesDropped):
         target = self.total_allocated_memory - threshold
         pool = self.large
         calls = pool.get_free_blocks_call_count
-        freeable = [b for b in pool.free_blocks() if _whole_segment(b)]
+        freeable = [b for b in pool.free_blocks() if b.segment.source.whole(b)]
         total_age = sum(calls - b.gc_age for b in freeable)
         count, reclaimed, freed_one = len(freeable), 0, True
         while reclaimed < target and freed_one and count > 0:
             threshold_age = total_age / count
             freed_one = False
             for block in pool.free_blocks():
-                if _whole_segment(block) and calls - block.gc_age >= threshold_age:
+                if block.segment.source.whole(block) and calls - block.gc_age >= threshold_age:
                     freed_one = True
                     reclaimed += block.size
                     total_age -= calls - block.gc_age
@@ -629,16 +939,23 @@ class DeviceCachingAllocator(FreesDropped):
         return recorder.record(self, action, addr, size, stream, context)
 
     def _settings(self, config: AllocatorConfig) -> None:
-        """Take ``config``, and the few of its values the cached path reads on every call."""
+        """Take ``config``, and the few of its values the cached path reads on every call.
+        Best fit's earlier answers may not be this config's: no block is taken back."""
+        for block in self._allocated.values():
+            block.mark = -1
         self.config = config
         self._divisions = _divisions(config)
         self._max_split = config.max_split_size
+        self._oversize_rules = config.max_split_size != SIZE_MAX
         self._split_always = config.expandable_segments  # rest >= 512 B splits, as small
         self._note_frees = config.cross_stream_reuse
+        self._expandable_on = config.expandable_segments and not self.no_caching
 
     def _set_fraction(self, fraction: float) -> None:
         """PyTorch's setMemoryFraction: a share of the total that cudaMemGetInfo reports now."""
         total = self.driver.mem_get_info(self.index)[1]
+        for block in self._allocated.values():
+            block.mark = -1  # (garbage collection may start: no block is taken back)
         self.fraction = fraction
         self.allowed_memory_maximum = int(fraction * total)
         self._gc_on = bool(self.config.garbage_collection_threshold)
@@ -650,15 +967,10 @@ class DeviceCachingAllocator(FreesDropped):
         return pools
 
 
-def _divisions(config: AllocatorConfig) -> list[int] | None:
+def _divisions(config: AllocatorConfig) -> tuple[int, ...] | None:
     """The roundup_power2_divisions table when it rounds anything, else None."""
     table = config.roundup_power2_divisions
     return table if any(d > 1 for d in table) else None
-
-
-def _whole_segment(block: Block) -> bool:
-    """A free block that is a whole device allocation: release may cudaFree it."""
-    return block.segment.expandable is None and block.prev is None and block.next is None
 
 
 def _next_division(size: int, divisions: int) -> int:

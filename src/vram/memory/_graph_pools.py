@@ -23,10 +23,13 @@ the graph's when it replays. So, as in PyTorch:
   reused within the capture as soon as its stream's next work depends on all of them (a
   walk of the captured graph, no event).
 - The pool grows with device mallocs made in the relaxed capture mode (PyTorch's
-  cudaMallocMaybeCapturing): a capture may not forbid the allocator its own growth.
+  cudaMallocMaybeCapturing; the allocator's own ladder does it): a capture may not forbid
+  the allocator its own growth.
 
 ``begin_allocate_to_pool`` / ``end_allocate_to_pool`` / ``release_pool`` are PyTorch's
-beginAllocateToPool / endAllocateToPool / releasePool; vram.graphs calls them.
+beginAllocateToPool / endAllocateToPool / releasePool, methods of the caching allocator;
+vram.graphs calls them through the functions here, which give the allocator this module's
+half of the lifetime policy (``GraphCapture``).
 """
 
 from __future__ import annotations
@@ -36,12 +39,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._caching import DeviceCachingAllocator
-from ._pools import MemPool, PrivatePool, _ids
+from ._pools import MemPool, _ids
 
 if TYPE_CHECKING:
     from ..driver import Driver
-    from ._pool import Block, Pool
-    from ._sources import DeviceMalloc
+    from ._pool import Block
 
 __all__ = [
     "GraphCapture",
@@ -181,110 +183,37 @@ class GraphCapture:
         self.visited.clear()
 
 
-# ====================================================== growing a pool during a capture
-class _CaptureMalloc:
-    """The allocator's device malloc while captures are underway: growth of a pool for a
-    capturing stream happens in the relaxed capture mode (PyTorch's
-    cudaMallocMaybeCapturing); anything else is the plain device malloc, which a global
-    capture forbids."""
-
-    def __init__(self, inner: DeviceMalloc) -> None:
-        self.inner = inner
-        self.driver = inner.driver
-
-    def grow(self, pool: Pool, stream: int, nbytes: int) -> Block | None:
-        owner = pool.owner
-        if owner is None or not owner.captures:
-            return self.inner.grow(pool, stream, nbytes)
-        if self.driver.stream_capture_info(stream).status != "active":
-            return self.inner.grow(pool, stream, nbytes)
-        previous = self.driver.thread_exchange_capture_mode("relaxed")
-        try:
-            return self.inner.grow(pool, stream, nbytes)
-        finally:
-            self.driver.thread_exchange_capture_mode(previous)
-
-    def release(self, block: Block) -> None:
-        self.inner.release(block)
-
-
 # ============================================================== PyTorch's three calls
 def begin_allocate_to_pool(
     allocator: Any, pool_id: tuple[int, int], takes: Callable[[int], bool]
 ) -> Any:
     """PyTorch's beginAllocateToPool: requests on streams ``takes(stream)`` accepts go to
     private pool ``pool_id`` (made, or shared: its use count grows), and the allocator
-    keeps to capture's rules until ``end_allocate_to_pool``. Returns the route to end.
+    keeps to capture's rules, with this module's ``GraphCapture`` as the lifetime policy's
+    half, until ``end_allocate_to_pool``. Returns the route to end.
 
     Call it before the capture begins: free blocks of the pool still waiting on record_use
-    events are waited for now (a capturing stream cannot wait on an event recorded outside
-    its capture). Synchronizes on those events only.
+    events are waited for now. Synchronizes on those events only.
     """
-    allocator = _caching_allocator(allocator)
-    with allocator.locked():
-        private = allocator.private_pools.get(pool_id)
-        if private is not None and private.captures:
-            raise RuntimeError(
-                f"pool {pool_id}: another capture is recording into this pool now; "
-                "captures that share a pool must run one after another"
-            )
-        if private is None:
-            private = PrivatePool(pool_id)
-            allocator.private_pools[pool_id] = private
-        elif private.freeable:  # every holder was gone: the pool lives again
-            private.use_count, private.freeable = 1, False
-        else:
-            private.use_count += 1
-        for pool in (private.small, private.large):
-            for block in pool.free_blocks():
-                if block.use_events:
-                    allocator.lifetimes.wait_for_uses(block)
-                    block.use_events = None
-        private.captures += 1
-        lifetimes = allocator.lifetimes
-        if lifetimes.capture is None:
-            lifetimes.capture = GraphCapture(allocator.driver)
-        lifetimes.capture.reuse = allocator.config.graph_capture_record_stream_reuse
-        if lifetimes.captures == 0:
-            allocator.device_malloc = _CaptureMalloc(allocator.device_malloc)  # type: ignore[assignment]
-        lifetimes.captures += 1
-    return allocator.add_route(private, takes)
+    return _caching_allocator(allocator).begin_allocate_to_pool(pool_id, takes, GraphCapture)
 
 
 def end_allocate_to_pool(allocator: Any, route: Any) -> None:
     """PyTorch's endAllocateToPool: the capture's requests go where they went before."""
-    allocator.remove_route(route)
-    with allocator.locked():
-        private = route[0]
-        private.captures -= 1
-        lifetimes = allocator.lifetimes
-        lifetimes.captures -= 1
-        if lifetimes.captures == 0:
-            if isinstance(allocator.device_malloc, _CaptureMalloc):
-                allocator.device_malloc = allocator.device_malloc.inner
-            lifetimes.capture.captures_ended(lifetimes.deferred)
+    allocator.end_allocate_to_pool(route)
 
 
 def release_pool(allocator: Any, pool_id: tuple[int, int]) -> None:
     """PyTorch's releasePool: one holder of the pool (a graph) is gone; with none left,
     empty_cache() may give its free segments back."""
-    with allocator.locked():
-        _release(allocator, pool_id)
+    allocator.release_pool(pool_id)
 
 
 def release_pool_later(allocator: Any, pool_id: tuple[int, int]) -> None:
     """``release_pool`` for finalizers: done at the allocator's next call (no lock here)."""
-    allocator.later(lambda: _release(allocator, pool_id))
-
-
-def _release(allocator: Any, pool_id: tuple[int, int]) -> None:
-    private = allocator.private_pools.get(pool_id)
-    if private is not None and not private.freeable:
-        private.release_one()
+    allocator.release_pool_later(pool_id)
 
 
 def pool_use_count(allocator: Any, pool_id: tuple[int, int]) -> int:
     """How many holders private pool ``pool_id`` has (0 when it is gone or freeable)."""
-    with allocator.locked():
-        private = allocator.private_pools.get(pool_id)
-        return 0 if private is None or private.freeable else private.use_count
+    return allocator.pool_use_count(pool_id)

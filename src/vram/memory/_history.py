@@ -1,8 +1,8 @@
 """What hangs on an allocator's ``recorder``: the allocation history and the call counters.
 
 An allocator calls ``recorder.record(allocator, action, addr, size, stream, context)`` for
-each event (``context``: the frames of a segment_free's segment)
-while its ``recorder`` is set (DeviceCachingAllocator._trace). The recorder here is a small
+each event (``context``: the frames of a segment_free's segment) while its event hook is
+set (``allocator.set_recorder``; DeviceCachingAllocator._trace). The recorder here is a small
 fan-out: the allocator's History (while _record_memory_history is on), any number of
 counters (count_device_calls) and watchers (the stream sanitizer) hang on it. With none,
 ``allocator.recorder`` goes back to None and the allocator's hot path pays nothing.
@@ -187,10 +187,12 @@ class Recorder:
 
 
 def attach(allocator: Any) -> Recorder:
-    """The allocator's Recorder, installed if it has none. Call under the allocator's lock."""
+    """The allocator's Recorder, installed (its event hook) if it has none. Call under the
+    allocator's lock."""
     recorder = allocator.recorder
     if not isinstance(recorder, Recorder):
-        recorder = allocator.recorder = Recorder()
+        recorder = Recorder()
+        allocator.set_recorder(recorder)
     return recorder
 
 
@@ -198,4 +200,4 @@ def detach(allocator: Any) -> None:
     """Take the recorder off when nothing hangs on it. Call under the allocator's lock."""
     recorder = allocator.recorder
     if isinstance(recorder, Recorder) and recorder.idle():
-        allocator.recorder = None
+        allocator.set_recorder(None)

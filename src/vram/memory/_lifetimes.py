@@ -17,10 +17,16 @@ may be reused as soon as it is freed. Uses on other streams need events:
 
 Memory given back to the device (cudaFree, or unmapping expandable pages) must not be in
 use anywhere: ``wait_for_uses`` waits on the host for a block's record_use events first.
+
+A block keeps at most one use event per stream, the newest (the next owner's wait on it
+covers every earlier use there), and none that the host has seen complete (``prune``, at
+free): a loop of allocate, use on a side stream, record_use, free leaves one event on the
+free block, not one per iteration.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -30,19 +36,24 @@ if TYPE_CHECKING:
 
 __all__ = ["Lifetimes", "UseEvent"]
 
+_records = itertools.count()  # orders use events (next() is atomic)
+
 
 class UseEvent:
-    """An event recorded on ``stream`` (record_use, or a free for cross-stream reuse).
+    """An event recorded on ``stream`` of ``device`` (record_use, or a free for cross-stream
+    reuse); ``seq`` orders the records (a later one on the same stream completes after).
 
     Blocks that are split or merged share it; when the last holder drops it, the event goes
     back to the spare list (an atomic append: no lock from a finalizer).
     """
 
-    __slots__ = ("handle", "stream", "_spare")
+    __slots__ = ("handle", "stream", "device", "seq", "_spare")
 
-    def __init__(self, handle: int, stream: int, spare: list[int]) -> None:
+    def __init__(self, handle: int, stream: int, device: int, seq: int, spare: list[int]) -> None:
         self.handle = handle
         self.stream = stream
+        self.device = device
+        self.seq = seq
         self._spare = spare
 
     def __del__(self) -> None:
@@ -204,16 +215,30 @@ class Lifetimes:
         except BaseException:
             spare.append(event)
             raise
-        return UseEvent(event, stream, spare)
+        owner = self.device if device is None else device
+        return UseEvent(event, stream, owner, next(_records), spare)
 
     def note_use(self, block: Block, stream: int, device: int | None = None) -> None:
         """record_use: the last use of ``block`` on ``stream`` (of ``device``, when another
-        device reads the memory through peer access) is queued now."""
+        device reads the memory through peer access) is queued now; it replaces an earlier
+        use event of that stream."""
         event = self.use_event(stream, device)
-        if block.use_events is None:
+        events = block.use_events
+        if events is None:
             block.use_events = [event]
         else:
+            key = (event.device, stream)
+            block.use_events = [e for e in events if (e.device, e.stream) != key]
             block.use_events.append(event)
+
+    def prune(self, block: Block) -> None:
+        """Drop the use events of ``block`` that have completed (at free; not while a stream
+        captures a graph: events must not be queried then)."""
+        if self.captures:
+            return
+        query = self.driver.event_query
+        kept = [event for event in block.use_events or () if not query(event.handle)]
+        block.use_events = kept or None
 
     def note_free(self, block: Block, stream: int) -> None:
         """cross_stream_reuse: another stream taking ``block`` waits for this free. Not

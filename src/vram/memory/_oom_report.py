@@ -42,15 +42,15 @@ import pickle
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._errors import OutOfMemoryError
 from .._units import format_bytes, format_size
+from ._caching import DeviceCachingAllocator, register_oom_report
 from ._config import SIZE_MAX
 from ._history import frames_to_dicts
-
-if TYPE_CHECKING:
-    from ._caching import DeviceCachingAllocator
+from ._registry import _allocators, allocator_for
+from ._snapshot import _snapshot, segment_rows
 
 __all__ = [
     "FreeBlocks",
@@ -82,8 +82,6 @@ def out_of_memory(
     rounded = allocator.round_size(size)
     alloc_size = allocator.allocation_size(rounded)
     free, total = allocator.driver.mem_get_info(allocator.index)
-    allocator._trace("oom", free, rounded, stream)
-    allocator.stats.num_ooms += 1
     allocated = allocator.stats.current("allocated_bytes")
     reserved = allocator.stats.reserved_bytes[0].current
     limit = allocator.allowed_memory_maximum
@@ -499,8 +497,6 @@ def oom_report(
     device_free: int,
 ) -> MemoryReport:
     """The report of an OutOfMemoryError (the allocator calls it under its lock)."""
-    from ._snapshot import segment_rows  # (_snapshot imports the allocator module)
-
     rows = segment_rows(allocator)
     report = _build(allocator, rows)
     default = allocator.driver.default_stream(allocator.index)
@@ -513,8 +509,6 @@ def oom_report(
 
 def memory_report(device: object = None) -> MemoryReport:
     """The report of ``device``'s caching allocator now (the current device if None)."""
-    from ._registry import allocator_for
-
     allocator = allocator_for(device)
     if not hasattr(allocator, "_all_pools"):
         raise ValueError(f"device: {allocator.device}'s allocator has no block pools to report")
@@ -523,8 +517,6 @@ def memory_report(device: object = None) -> MemoryReport:
 
 def report_of(allocator: DeviceCachingAllocator) -> MemoryReport:
     """The report of ``allocator`` (a caching allocator of one's own, such as a replay's)."""
-    from ._snapshot import segment_rows  # (_snapshot imports the allocator module)
-
     with allocator.locked():
         report = _build(allocator, segment_rows(allocator))
     return report.explain()
@@ -642,13 +634,9 @@ def dump_on_oom(allocator: DeviceCachingAllocator, error: BaseException) -> None
     path = getattr(allocator.config, "oom_snapshot", "") or os.environ.get("VRAM_OOM_SNAPSHOT")
     if not path:
         return
-    from ._registry import _allocators
-
     if _allocators.get(allocator.device) is not allocator:
         return  # not a device's allocator (a replay's, or a test's own): nothing to dump
     try:
-        from ._snapshot import _snapshot
-
         if os.path.isdir(path):
             _dumps += 1
             device = str(allocator.device).replace(":", "")
@@ -667,3 +655,6 @@ def dump_on_oom(allocator: DeviceCachingAllocator, error: BaseException) -> None
         return
     if hasattr(error, "add_note"):
         error.add_note(f"memory snapshot written to {path} (vram explain {path})")
+
+
+register_oom_report(out_of_memory, dump_on_oom)  # the allocator words its OOM with these

@@ -31,15 +31,16 @@ Best fit is PyTorch's order (stream, size, address): the smallest free block of 
 request's stream that fits, the lowest address among blocks of that size. Per stream the
 index keeps the FREE blocks by address (``blocks``), the sorted list of the distinct sizes
 present (``sizes``), and per size a min-heap of those blocks' addresses (``heaps``). Best
-fit is a bisection over the k distinct sizes and a heap peek. Remove only deletes the
-block from ``blocks``: its address stays in its heap, stale. Best fit pops a stale top
-when it meets one (its address is not in ``blocks``, or the block there has another size),
-and insert pushes only when the address is not already on top of its size's heap: the
-cached path takes a best fit and gives the same block back, so its entry is still on top
-and both steps are O(1) however many blocks are cached. Stale entries never outnumber
-live ones twice over (plus 64): remove rebuilds the stream's heaps from ``blocks`` then.
-So every operation is O(log n) amortized, none walks the blocks, and a size's heap and its
-place in ``sizes`` go when best fit finds only stale entries in it.
+fit is a bisection over the k distinct sizes and a heap peek. A block that leaves from the
+top of its heap (best fit's answer, taken) is popped, and its size goes from ``sizes`` when
+its heap empties; one that leaves from below the top (a neighbour absorbed by a merge)
+only leaves ``blocks``: its address stays in its heap, stale, and ``stale`` counts it. Best
+fit pops a stale top when it meets one (its address is not in ``blocks``, or the block
+there has another size), and a block that enters at an address already on top of its
+size's heap revives that entry instead of pushing another. Stale entries never outnumber
+live ones (plus 64): a removal rebuilds the stream's heaps from ``blocks`` then. So every
+operation is O(log n) amortized (a size entering or leaving ``sizes`` moves the k sizes
+above it, a memmove), and none walks the blocks.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ __all__ = [
     "Segment",
     "Block",
     "Pool",
+    "PrivatePool",
 ]
 
 MIN_BLOCK_SIZE = 512  # bytes; every request is rounded up to a multiple of this
@@ -81,24 +83,35 @@ UNMAPPED = 3  # an expandable segment's stretch with no pages behind it
 class Segment:
     """Device memory from one source: a device allocation, or a reserved VMM range.
 
-    ``stream`` is the stream every block of the segment belongs to; it changes only when a
-    whole unsplit segment moves to another stream (cross_stream_reuse).
+    ``source`` is the segment source that made it (``_sources``): it gives the memory back
+    and says what kind of memory it is (``source.expandable``), so the allocator asks the
+    source instead of branching on the kind. ``stream`` is the stream every block of the
+    segment belongs to; it changes only when a whole unsplit segment moves to another
+    stream (cross_stream_reuse).
     """
 
-    __slots__ = ("ptr", "size", "stream", "pool", "expandable", "oversize", "context", "tag")
+    __slots__ = ("ptr", "size", "stream", "pool", "source", "vmm", "oversize", "context", "tag")
 
-    def __init__(self, ptr: int, size: int, stream: int, pool: Pool, expandable: Any = None):
+    def __init__(
+        self, ptr: int, size: int, stream: int, pool: Pool, source: Any, vmm: Any = None
+    ) -> None:
         self.ptr = ptr
         self.size = size  # bytes reserved (expandable: the whole range, mapped or not)
         self.stream = stream
         self.pool = pool
-        self.expandable = expandable  # the ExpandableRange behind it, or None
+        self.source = source  # the DeviceMalloc or Expandable that made it
+        self.vmm = vmm  # the ExpandableRange behind an expandable segment, else None
         self.oversize = False  # counted in oversize_segments when it was made
         self.context: Any = None  # frames of the segment_alloc, when history is on
         self.tag = ""  # who asked for it, when not a user: "cublas workspace", ...
 
+    @property
+    def expandable(self) -> bool:
+        """True for a range of expandable segments (pages mapped on demand)."""
+        return self.source.expandable
+
     def __repr__(self) -> str:
-        kind = "expandable " if self.expandable is not None else ""
+        kind = "expandable " if self.source.expandable else ""
         return f"<Segment {kind}{self.size} B at {self.ptr:#x} stream {self.stream:#x}>"
 
 
@@ -116,6 +129,7 @@ class Block:
         "use_events",  # record_use events the next owner's stream waits on; None if none
         "gc_age",  # the pool's get_free_blocks count when it became FREE (GC's age)
         "context",  # frames of the alloc, when history is on
+        "mark",  # its stream index's version right after take split it off, else -1
     )
 
     def __init__(self, ptr: int, size: int, segment: Segment, state: int) -> None:
@@ -129,6 +143,7 @@ class Block:
         self.use_events: list | None = None
         self.gc_age = 0
         self.context: Any = None
+        self.mark = -1
 
     def is_split(self) -> bool:
         """True when the block does not span its whole segment."""
@@ -142,33 +157,46 @@ class Block:
 class _StreamIndex:
     """The FREE blocks of one stream in one pool (Note [The free-block index])."""
 
-    __slots__ = ("sizes", "heaps", "blocks", "entries")
+    __slots__ = ("sizes", "heaps", "blocks", "stale", "version")
 
     def __init__(self) -> None:
         self.sizes: list[int] = []  # sorted distinct sizes that have a heap
         self.heaps: dict[int, list[int]] = {}  # size -> min-heap of addresses (some stale)
         self.blocks: dict[int, Block] = {}  # address -> FREE block
-        self.entries = 0  # addresses in all heaps, stale ones included
+        self.stale = 0  # addresses in the heaps whose block has left
+        self.version = 0  # counts the changes of ``blocks``: best fit's answers change only then
 
     def add(self, block: Block) -> None:
-        """``block`` enters (its address is pushed unless its stale entry is on top)."""
+        """``block`` enters (pushed, or its stale entry on top revived)."""
         ptr, size = block.ptr, block.size
         self.blocks[ptr] = block
+        self.version += 1
         heap = self.heaps.get(size)
         if heap is None:
             self.heaps[size] = [ptr]
             insort(self.sizes, size)
-            self.entries += 1
         elif heap[0] != ptr:
             heappush(heap, ptr)
-            self.entries += 1
+        else:
+            self.stale -= 1
 
-    def discard(self, ptr: int) -> None:
-        """The block at ``ptr`` leaves; its heap entry stays, stale (KeyError: not here)."""
+    def remove(self, block: Block) -> None:
+        """``block`` leaves: popped from the top of its heap, else left stale there."""
+        ptr, size = block.ptr, block.size
         blocks = self.blocks
         del blocks[ptr]
-        if self.entries > 2 * len(blocks) + 64:
-            self.rebuild()
+        self.version += 1
+        heap = self.heaps[size]
+        if heap[0] == ptr:
+            heappop(heap)
+            if not heap:
+                del self.heaps[size]
+                sizes = self.sizes
+                del sizes[bisect_left(sizes, size)]
+        else:
+            self.stale += 1
+            if self.stale > len(blocks) + 64:
+                self.rebuild()
 
     def rebuild(self) -> None:
         """Drop every stale heap entry: the heaps again hold exactly the FREE blocks."""
@@ -177,7 +205,8 @@ class _StreamIndex:
             heaps.setdefault(self.blocks[ptr].size, []).append(ptr)  # sorted: a heap
         self.heaps = heaps
         self.sizes = sorted(heaps)
-        self.entries = len(self.blocks)
+        self.stale = 0
+        self.version += 1
 
 
 class Pool:
@@ -209,24 +238,80 @@ class Pool:
         block.gc_age = self.get_free_blocks_call_count
 
     def remove(self, block: Block) -> None:
-        """A FREE block leaves the index (to be handed out, merged or released). Its heap
-        entry stays, stale: best_fit pops stale tops, and a block given back at the same
-        address (the cached path's take-and-return) finds its entry on top."""
-        self.index[block.segment.stream].discard(block.ptr)
+        """A FREE block leaves the index (to be handed out, merged or released)."""
+        self.index[block.segment.stream].remove(block)
 
     def take(self, block: Block, size: int) -> Block | None:
         """A FREE block leaves the index to be handed out, keeping its first ``size``
         bytes: when that is less than its size, the rest stays in the index as a new FREE
-        block (``split``), which is returned."""
-        self.remove(block)
-        return self.split(block, size) if size < block.size else None
+        block (``split``), which is returned.
+
+        (``remove`` and ``split`` in one frame: the allocator's cached path runs it on
+        nearly every malloc.)
+        """
+        found = self.index[block.segment.stream]
+        ptr, whole = block.ptr, block.size
+        blocks, heaps = found.blocks, found.heaps
+        del blocks[ptr]  # (_StreamIndex.remove, inline)
+        heap = heaps[whole]
+        if heap[0] == ptr:
+            heappop(heap)
+            if not heap:
+                del heaps[whole]
+                sizes = found.sizes
+                del sizes[bisect_left(sizes, whole)]
+        else:
+            found.stale += 1
+            if found.stale > len(blocks) + 64:
+                found.rebuild()
+        if size >= whole:
+            found.version += 1
+            block.mark = -1
+            return None
+        assert 0 < size, "a split leaves two non-empty blocks"
+        rest = Block(ptr + size, whole - size, block.segment, FREE)
+        after = rest.next = block.next
+        if after is not None:
+            after.prev = rest
+        rest.prev = block
+        block.next = rest
+        block.size = size
+        if block.use_events:
+            rest.use_events = list(block.use_events)
+        ptr, rest_size = rest.ptr, rest.size  # (_StreamIndex.add, inline)
+        blocks[ptr] = rest
+        heap = heaps.get(rest_size)
+        if heap is None:
+            heaps[rest_size] = [ptr]
+            insort(found.sizes, rest_size)
+        elif heap[0] != ptr:
+            heappush(heap, ptr)
+        else:
+            found.stale -= 1
+        rest.gc_age = self.get_free_blocks_call_count
+        found.version += 2
+        block.mark = found.version
+        return rest
 
     def give(self, block: Block) -> int:
         """A block outside the index, its uses over, becomes FREE: it absorbs its FREE
-        neighbours (``merge``) and enters the index. Returns how many it absorbed."""
-        absorbed = self.merge(block)
+        neighbours (``merge``) and enters the index. Returns how many it absorbed.
+
+        (``merge`` and ``insert`` in one frame when neither neighbour is free, the cached
+        path's common case.)
+        """
+        prev, nxt = block.prev, block.next
+        if (prev is not None and prev.state == FREE) or (nxt is not None and nxt.state == FREE):
+            absorbed = self.merge(block)
+        else:
+            absorbed = 0
         block.state = FREE
-        self.insert(block)
+        found = self.index.get(block.segment.stream)
+        if found is None:
+            found = self.index[block.segment.stream] = _StreamIndex()
+        assert block.ptr not in found.blocks, "FREE blocks enter once"
+        found.add(block)
+        block.gc_age = self.get_free_blocks_call_count
         return absorbed
 
     def best_fit(self, stream: int, size: int) -> Block | None:
@@ -235,18 +320,18 @@ class Pool:
         found = self.index.get(stream)
         if found is None:
             return None
-        sizes, heaps, blocks = found.sizes, found.heaps, found.blocks
+        sizes = found.sizes
         i = bisect_left(sizes, size)
         while i < len(sizes):
             fit = sizes[i]
-            heap = heaps[fit]
+            heap = found.heaps[fit]
             while heap:
-                block = blocks.get(heap[0])
+                block = found.blocks.get(heap[0])
                 if block is not None and block.size == fit:
                     return block
                 heappop(heap)  # stale: its block was removed from below the top
-                found.entries -= 1
-            del heaps[fit], sizes[i]  # only stale entries were left
+                found.stale -= 1
+            del found.heaps[fit], sizes[i]  # only stale entries were left
         return None
 
     def blocks_from(self, stream: int, size: int = 0) -> list[Block]:
@@ -332,8 +417,35 @@ class Pool:
         return absorbed
 
 
+class PrivatePool:
+    """The allocator-side half of a private pool (a MemPool, or a CUDA graph's pool): its
+    small and large pools and its holders (guarded by the allocator's lock)."""
+
+    def __init__(self, pool_id: tuple[int, int]) -> None:
+        self.id = pool_id
+        self.small = Pool(is_small=True, owner=self)
+        self.large = Pool(is_small=False, owner=self)
+        self.segment_count = 0  # device segments the pool holds
+        self.use_count = 1  # the MemPool (or graph) itself, plus each active use
+        self.freeable = False  # no holder left: empty_cache may release its segments
+        self.captures = 0  # CUDA graph captures recording into it now (_graph_pools)
+
+    def release_one(self) -> None:
+        """A holder is gone (call under the allocator's lock)."""
+        self.use_count -= 1
+        self.freeable = self.use_count <= 0
+
+    def __repr__(self) -> str:
+        return f"<PrivatePool {self.id} segments={self.segment_count} uses={self.use_count}>"
+
+
 def _union(mine: list | None, theirs: list) -> list:
-    """The record_use events of two merged blocks (each event once)."""
-    if not mine:
-        return list(theirs)
-    return mine + [event for event in theirs if event not in mine]
+    """The record_use events of two merged blocks: the newest of each stream (a wait on it
+    covers the earlier ones there)."""
+    newest: dict[tuple[int, int], Any] = {}
+    for event in (*(mine or ()), *theirs):
+        key = (event.device, event.stream)
+        found = newest.get(key)
+        if found is None or event.seq > found.seq:
+            newest[key] = event
+    return list(newest.values())

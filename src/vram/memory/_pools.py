@@ -15,34 +15,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .._device import as_device
-from ._pool import Pool
+from ._pool import PrivatePool
 from ._registry import allocator_for
 
 __all__ = ["MemPool", "use_mem_pool", "PrivatePool"]
 
 _ids = itertools.count(1)
-
-
-class PrivatePool:
-    """The allocator-side half of a private pool: its pools and segment count (guarded by
-    the allocator's lock)."""
-
-    def __init__(self, pool_id: tuple[int, int]) -> None:
-        self.id = pool_id
-        self.small = Pool(is_small=True, owner=self)
-        self.large = Pool(is_small=False, owner=self)
-        self.segment_count = 0  # device segments the pool holds
-        self.use_count = 1  # the MemPool (or graph) itself, plus each active use
-        self.freeable = False  # no holder left: empty_cache may release its segments
-        self.captures = 0  # CUDA graph captures recording into it now (_graph_pools)
-
-    def release_one(self) -> None:
-        """A holder is gone (call under the allocator's lock)."""
-        self.use_count -= 1
-        self.freeable = self.use_count <= 0
-
-    def __repr__(self) -> str:
-        return f"<PrivatePool {self.id} segments={self.segment_count} uses={self.use_count}>"
 
 
 class MemPool:
@@ -52,8 +30,7 @@ class MemPool:
         self.device = as_device(device)
         self._allocator = allocator_for(self.device)
         self._private = PrivatePool((0, next(_ids)))
-        with self._allocator.locked():
-            self._allocator.private_pools[self._private.id] = self._private
+        self._allocator.add_private_pool(self._private)
 
     @property
     def id(self) -> tuple[int, int]:

@@ -15,9 +15,9 @@ With the setting on, a device's caching allocator:
   numbers some day. With cross_stream_reuse the poison counts as a use of the free, so a
   block taken by another stream waits for it too.
 - Reuses freed blocks as early as the rules allow: a request takes the most recently freed
-  block of its stream and pool that fits (the sanitizer's ``_find_free_block``, installed on
-  the allocator), not the best fit, so a missing record_stream turns into a reuse at the
-  very next allocation.
+  block of its stream and pool that fits (the sanitizer's ``_find_free_block``, the
+  allocator's block finder hook), not the best fit, so a missing record_stream turns into a
+  reuse at the very next allocation.
 - On sim, checks every access (Note [Reuse races]): the sim driver tells the sanitizer of
   each queued kernel or copy and the memory it touches, and of each event record, stream
   wait and host synchronization. A kernel that touches a block after it was freed and
@@ -28,8 +28,9 @@ With the setting on, a device's caching allocator:
   conflicting access. A kernel queued on freed memory that is not handed out again is a
   use after free, reported the same way.
 
-The sanitizer is off by default and costs nothing then: it hangs on the allocator's
-recorder (the branches history already has) and on the sim driver's observers.
+The sanitizer is off by default and costs nothing then: it hangs on the allocator's hooks
+(the event recorder, whose branches history already has, the block finder and the drop
+hook) and on the sim driver's observers.
 
 Note [Reuse races]
 Happens-before, with vector clocks, as a GPU orders work: each stream counts the work
@@ -57,8 +58,9 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._history import frames_to_dicts
+from ._history import attach, detach, frames_to_dicts
 from ._pool import FREE
+from ._registry import allocator_created_hooks, allocator_for
 
 if TYPE_CHECKING:
     from ._caching import DeviceCachingAllocator
@@ -71,6 +73,7 @@ __all__ = [
     "StreamSanitizer",
     "stream_races",
     "sync_sanitizer",
+    "sanitizer_of",
 ]
 
 POISON = 0xFF  # the byte freed blocks are filled with: NaN in float16/bfloat16/float32/64
@@ -182,41 +185,38 @@ class StreamSanitizer:
         self._retired: list[_Owner] = []  # freed owners whose accesses may still race
         self._recent: dict[tuple[int, int], list[Block]] = {}  # (id(pool), stream) -> blocks
         self._told: set[tuple[int, int]] = set()  # (id(old owner), stream) used after free
-        self._find = allocator._find_free_block  # the allocator's own finder (bound method)
-        self._free_later = allocator.free_later  # the allocator's own (bound method)
         self._dropped: dict[int, tuple] = {}  # ptr -> frames where a finalizer dropped it
         self._observer = _Observer(self)
 
     # ---- attach / detach ---------------------------------------------------------------
     def attach(self) -> None:
-        """Hang on the allocator (call under its lock) and on the sim driver's observers."""
-        from ._history import attach
-
-        attach(self.allocator).watchers.append(self)
-        self.allocator._find_free_block = self._find_free_block  # early reuse (see doc)
-        self.allocator.free_later = self.free_later  # the stack where a tensor was dropped
+        """Hang on the allocator's hooks (call under its lock) and on the sim driver's
+        observers."""
+        allocator = self.allocator
+        attach(allocator).watchers.append(self)
+        allocator.set_block_finder(self._find_free_block)  # early reuse (see doc)
+        allocator.set_drop_hook(self._note_drop)  # the stack where a tensor was dropped
         watch = getattr(self.driver, "watch", None)
         if watch is not None:
             watch(self._observer)
 
     def detach(self) -> None:
-        from ._history import detach
-
-        recorder = self.allocator.recorder
+        """Come off the allocator's hooks (call under its lock) and the driver's."""
+        allocator = self.allocator
+        recorder = allocator.recorder
         if recorder is not None and self in getattr(recorder, "watchers", ()):
             recorder.watchers.remove(self)
-            detach(self.allocator)
-        self.allocator.__dict__.pop("_find_free_block", None)
-        self.allocator.__dict__.pop("free_later", None)
+            detach(allocator)
+        allocator.set_block_finder(None)
+        allocator.set_drop_hook(None)
         unwatch = getattr(self.driver, "unwatch", None)
         if unwatch is not None:
             unwatch(self._observer)
 
-    def free_later(self, ptr: int) -> None:
-        """The allocator's free_later (a finalizer's free), noting where it happened: the
+    def _note_drop(self, ptr: int) -> None:
+        """A finalizer dropped ``ptr`` (the allocator's drop hook): note where, since the
         free itself runs at the allocator's next call, whose stack is not the program's."""
         self._dropped[ptr] = _frames()  # (a dict store: safe from a finalizer)
-        self._free_later(ptr)
 
     # ---- the allocator's events (under the allocator's lock) ---------------------------
     def record(
@@ -292,7 +292,7 @@ class StreamSanitizer:
     # ---- early reuse -------------------------------------------------------------------
     def _find_free_block(self, pool: Pool, size: int, stream: int) -> Block | None:
         """The most recently freed block of ``stream`` in ``pool`` that fits (with the
-        oversize rules), else the allocator's own best fit."""
+        oversize rules), or None: the allocator's own best fit (its block finder hook)."""
         recent = self._recent.get((id(pool), stream))
         if recent:
             config = self.allocator.config
@@ -303,14 +303,14 @@ class StreamSanitizer:
                 if block.state != FREE or found is None or found.blocks.get(block.ptr) is not block:
                     del recent[i]  # merged into a neighbour, taken, or released
                     continue
-                if block.size < size or block.segment.expandable is not None:
+                if block.size < size or block.segment.source.expandable:
                     continue
                 if size < max_split <= block.size or (
                     size >= max_split and block.size >= size + rounding
                 ):
                     continue
                 return block
-        return self._find(pool, size, stream)
+        return None
 
     # ---- the sim driver's view (under the driver's lock) --------------------------------
     def observe(self, kind: str, stream: int | None, what: Any) -> None:
@@ -473,37 +473,37 @@ def _merge(into: dict[int, int], other: dict[int, int]) -> None:
 
 
 # ================================================================= one per allocator
+_sanitizers: weakref.WeakKeyDictionary[Any, StreamSanitizer] = weakref.WeakKeyDictionary()
+
+
+def sanitizer_of(allocator: Any) -> StreamSanitizer | None:
+    """The stream sanitizer attached to ``allocator``, or None."""
+    return _sanitizers.get(allocator)
+
+
 def sync_sanitizer(allocator: Any) -> None:
-    """Attach a sanitizer to ``allocator`` (as its ``stream_sanitizer`` attribute) if its
-    settings ask for one, and detach it if they no longer do. Called when an allocator is
-    made (``allocator_created_hooks``) and when the settings change."""
-    if not hasattr(allocator, "_all_pools") or getattr(allocator, "no_caching", False):
+    """Attach a sanitizer to ``allocator`` if its settings ask for one, and detach it if
+    they no longer do. Called when an allocator is made (``allocator_created_hooks``) and
+    when the settings change."""
+    if not hasattr(allocator, "set_block_finder") or getattr(allocator, "no_caching", False):
         return
     wanted = bool(getattr(allocator.config, "stream_sanitizer", False))
     with allocator.locked():
-        found = getattr(allocator, "stream_sanitizer", None)
+        found = _sanitizers.get(allocator)
         if wanted and found is None:
-            allocator.stream_sanitizer = StreamSanitizer(allocator)
-            allocator.stream_sanitizer.attach()
+            _sanitizers[allocator] = sanitizer = StreamSanitizer(allocator)
+            sanitizer.attach()
         elif not wanted and found is not None:
             found.detach()
-            allocator.stream_sanitizer = None
+            del _sanitizers[allocator]
 
 
 def stream_races(device: object = None) -> list[StreamRace]:
     """The races the stream sanitizer of ``device``'s allocator has reported so far (an
     empty list when ``stream_sanitizer:True`` is not set)."""
-    from ._registry import allocator_for
-
-    found = getattr(allocator_for(device), "stream_sanitizer", None)
+    found = _sanitizers.get(allocator_for(device))
     return [] if found is None else list(found.races)
 
 
-def _register() -> None:
-    from . import _registry
-
-    if sync_sanitizer not in _registry.allocator_created_hooks:
-        _registry.allocator_created_hooks.append(sync_sanitizer)
-
-
-_register()
+if sync_sanitizer not in allocator_created_hooks:
+    allocator_created_hooks.append(sync_sanitizer)

@@ -92,8 +92,9 @@ def _apply(allocator: DeviceCachingAllocator, clear: bool = False) -> None:
     """Give the allocator the current history settings (keeping its ring unless cleared)."""
     with allocator.locked():
         if _settings is None:
-            if isinstance(allocator.recorder, Recorder):
-                allocator.recorder.history = None
+            recorder = allocator.recorder  # (the event hook: history's own Recorder)
+            if isinstance(recorder, Recorder):
+                recorder.history = None
                 detach(allocator)
             return
         recorder = attach(allocator)
@@ -155,7 +156,7 @@ def _segment(allocator: DeviceCachingAllocator, head: Block) -> dict:
         block = block.next
     segment = head.segment
     pool = segment.pool
-    expandable = segment.expandable is not None
+    expandable = segment.expandable
     default = allocator.driver.default_stream(allocator.index)  # written as PyTorch's 0
     return {
         "device": allocator.index,

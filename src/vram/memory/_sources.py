@@ -9,10 +9,13 @@ Each source makes device memory into blocks of a pool, and gives it back:
 
 Both have ``grow(pool, stream, size, ...)``, which returns a FREE block of at least
 ``size`` bytes in the pool's index (or None when the device, or the byte budget, has no
-room for it), and ``release(block)``, which gives the memory of a FREE block (taken out of
-the index) back. They report what
-they reserve and give back through ``on_reserve(pool, segment, start, nbytes, action)``
-(the allocator's accounting: stats, the reserved total, history).
+room for it), ``release(block)``, which gives the memory of a FREE block (taken out of
+the index) back, ``releasable(block)`` and ``whole(block)``, which say whether
+``release`` can give anything of a FREE block back and whether the block is a whole device
+allocation, and ``expandable``, the kind of memory. Each segment carries the source that
+made it (``Segment.source``): the allocator asks it, instead of branching on the kind.
+They report what they reserve and give back through ``on_reserve(pool, segment, start,
+nbytes, action)`` (the allocator's accounting: stats, the reserved total, history).
 
 Note [Expandable segments]
 With ``expandable_segments:True`` a pool does not cut its memory into separate device
@@ -49,6 +52,7 @@ class DeviceMalloc:
     """Segments that are device allocations of their own (cudaMalloc / cudaFree)."""
 
     def __init__(self, driver: Driver, device: int, on_reserve: Account) -> None:
+        self.expandable = False  # (an instance attribute: read on every malloc and free)
         self.driver = driver
         self.device = device
         self.on_reserve = on_reserve
@@ -61,17 +65,24 @@ class DeviceMalloc:
             if _out_of_memory(exc):
                 return None
             raise
-        segment = Segment(ptr, nbytes, stream, pool)
+        segment = Segment(ptr, nbytes, stream, pool, self)
         self.on_reserve(pool, segment, ptr, nbytes, "segment_alloc")
         block = Block(ptr, nbytes, segment, FREE)
         pool.insert(block)
         return block
 
+    @staticmethod
+    def whole(block: Block) -> bool:
+        """True when FREE ``block`` spans its whole segment (a device allocation)."""
+        return block.prev is None and block.next is None
+
+    releasable = whole  # only a whole segment can go back
+
     def release(self, block: Block) -> None:
         """cudaFree a whole FREE segment (out of the index already). On a GPU cudaFree waits
         for the device, so no queued work can still use it."""
         segment = block.segment
-        assert block.prev is None and block.next is None and segment.expandable is None
+        assert block.prev is None and block.next is None and segment.source is self
         self.driver.free(self.device, segment.ptr)
         self.on_reserve(segment.pool, segment, segment.ptr, -segment.size, "segment_free")
 
@@ -148,6 +159,7 @@ class Expandable:
     """Expandable segments (Note [Expandable segments]): the allocator's VMM ranges."""
 
     def __init__(self, driver: Driver, device: int, on_reserve: Account) -> None:
+        self.expandable = True
         self.driver = driver
         self.device = device
         self.on_reserve = on_reserve
@@ -160,7 +172,7 @@ class Expandable:
             return
         self.peers = (*self.peers, peer)
         for segment in self.ranges:
-            memory = segment.expandable
+            memory = segment.vmm
             for i, handle in enumerate(memory.handles):
                 if handle is not None:
                     va = memory.ptr + i * memory.page
@@ -211,7 +223,7 @@ class Expandable:
             if _out_of_memory(exc):
                 return None
             raise
-        segment = Segment(memory.ptr, memory.size, stream, pool, memory)
+        segment = Segment(memory.ptr, memory.size, stream, pool, self, memory)
         self.ranges.append(segment)
         block = Block(memory.ptr, memory.size, segment, UNMAPPED)
         pool.insert_unmapped(block)
@@ -220,7 +232,7 @@ class Expandable:
     @staticmethod
     def _bytes_to_map(block: Block, size: int) -> int:
         """The page bytes that mapping ``size`` bytes from ``block`` on would map."""
-        memory = block.segment.expandable
+        memory = block.segment.vmm
         need, at = 0, block
         covered = 0
         while covered < size and at is not None:
@@ -237,7 +249,7 @@ class Expandable:
         part becomes FREE (merged with a FREE block before it) and enters the index."""
         pool, segment = block.segment.pool, block.segment
         start = block.ptr
-        mapped = segment.expandable.map(start, size)
+        mapped = segment.vmm.map(start, size)
         if mapped == 0:
             return False
         assert mapped >= size
@@ -252,11 +264,24 @@ class Expandable:
         self.on_reserve(pool, segment, start, mapped, "segment_map")
         return True
 
+    @staticmethod
+    def whole(block: Block) -> bool:
+        """False: a mapped run of a range is never a device allocation of its own."""
+        return False
+
+    @staticmethod
+    def releasable(block: Block) -> bool:
+        """True: the whole pages inside any FREE block can be unmapped."""
+        return True
+
     def release(self, block: Block) -> None:
         """Unmap the whole free pages of FREE ``block`` (out of the index); what stays mapped
-        goes back into the index. The caller has waited for the block's queued uses."""
+        goes back into the index. The caller has waited for the block's record_use events;
+        its stream is synchronized here (unmapping, unlike cudaFree, does not wait).
+        Synchronizes."""
         pool, segment = block.segment.pool, block.segment
-        start, length = segment.expandable.unmap(block.ptr, block.size)
+        self.driver.stream_synchronize(segment.stream)
+        start, length = segment.vmm.unmap(block.ptr, block.size)
         if length == 0:
             pool.insert(block)
             return
@@ -275,5 +300,5 @@ class Expandable:
         self.on_reserve(pool, segment, start, -length, "segment_unmap")
         if stretch.prev is None and stretch.next is None:  # the whole range is unmapped
             pool.remove_unmapped(stretch)
-            segment.expandable.release()
+            segment.vmm.release()
             self.ranges.remove(segment)

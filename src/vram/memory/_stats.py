@@ -223,7 +223,10 @@ class DeviceStats:
             _catch_up(usage, usage.peaks, usage.currents())
             _catch_up(self, self.peaks, self._currents_all())
         if split or split_bytes:
-            self._split(usage, split, split_bytes)
+            usage.split_blocks += split
+            usage.split_bytes += split_bytes
+            if split > 0 or split_bytes > 0:
+                self._split_rose(usage, split, split_bytes)
 
     def free(self, small: bool, size: int, requested: int, split: int, split_bytes: int) -> None:
         """The user freed a block and it is back in its pool (a free with no events to
@@ -237,7 +240,37 @@ class DeviceStats:
         self.room_count += 1
         self.room_bytes += requested
         if split or split_bytes:
-            self._split(usage, split, split_bytes)
+            usage.split_blocks += split
+            usage.split_bytes += split_bytes
+            if split > 0 or split_bytes > 0:
+                self._split_rose(usage, split, split_bytes)
+
+    def reuse(
+        self, small: bool, size: int, freed: int, requested: int, rest: int, whole: bool
+    ) -> None:
+        """``free`` of a block of ``size`` bytes (asked for as ``freed``) that merges with
+        the free rest of ``rest`` bytes after it, then ``alloc`` of the same block for
+        ``requested`` bytes, split from that rest again (the allocator's take-back, Note
+        [Taking a dropped block back]); ``whole``: the merged block is a whole segment."""
+        usage = self.small if small else self.large
+        usage.frees += 1
+        usage.free_bytes += size
+        usage.free_requested += freed
+        usage.allocs += 1
+        usage.alloc_bytes += size
+        usage.alloc_requested += requested
+        usage.room_bytes += freed - size  # (the counts: one down, one up)
+        self.room_bytes += freed - size
+        if (usage.room_bytes | self.room_bytes) < 0:
+            _catch_up(usage, usage.peaks, usage.currents())
+            _catch_up(self, self.peaks, self._currents_all())
+        if whole:  # the free takes the rest out of inactive_split, the alloc puts it back
+            usage.split_blocks_up += 1
+            usage.split_bytes_up += rest
+        else:  # the merged block stays split: the free adds its bytes, the alloc takes them
+            usage.split_bytes += size
+            self._split_rose(usage, 0, size)
+            usage.split_bytes -= size
 
     def free_requested(self, small: bool, size: int, requested: int) -> None:
         """The user freed a block that still waits for record_stream events (pending):
@@ -259,19 +292,18 @@ class DeviceStats:
         usage.pending_bytes -= size
         usage.pending_requested -= requested
         if split or split_bytes:
-            self._split(usage, split, split_bytes)
+            usage.split_blocks += split
+            usage.split_bytes += split_bytes
+            if split > 0 or split_bytes > 0:
+                self._split_rose(usage, split, split_bytes)
 
-    def _split(self, usage: Usage, blocks: int, nbytes: int) -> None:
-        """inactive_split moves by the net change of one call; its peaks can pass only
-        when it rises."""
-        usage.split_blocks += blocks
-        usage.split_bytes += nbytes
-        if blocks > 0:
-            usage.split_blocks_up += blocks
+    def _split_rose(self, usage: Usage, blocks: int, nbytes: int) -> None:
+        """inactive_split(_bytes) rose by (``blocks``, ``nbytes``) (already added; one may
+        be <= 0): the sums of increases, and the peaks (they can pass only now)."""
         if nbytes > 0:
             usage.split_bytes_up += nbytes
-        elif blocks <= 0:
-            return
+        if blocks > 0:
+            usage.split_blocks_up += blocks
         mine, every = usage.split_peaks, self.split_peaks
         if usage.split_blocks > mine[0]:
             mine[0] = usage.split_blocks

@@ -9,10 +9,19 @@ bug of pytorch#181997).
 - It grows when a call needs more: the old buffer is freed on its stream (work queued
   there before still runs before anything reuses it) and a larger one allocated. It never
   shrinks.
-- ``empty_cache()`` frees the workspaces whose stream has nothing queued, and keeps the
-  others (their last call may still be running).
+- ``empty_cache()`` frees the calling thread's workspaces whose stream has nothing queued,
+  and those of threads that have ended (Note [Who frees a workspace]); it keeps the others.
 - ``memory_stats()`` counts their bytes under ``workspace_bytes.all.*`` (vram's key, beside
   PyTorch's), and snapshots label their blocks with a frame named "<library> workspace".
+
+Note [Who frees a workspace]
+``get_workspace`` hands a pointer out without a lock, and the library queues the work that
+uses it afterwards: between the two the stream is idle, and the buffer belongs to the
+thread that asked. So a workspace is freed only by its own thread (when it grows, or at its
+own ``empty_cache()``: by program order neither falls inside one of its hand-outs), or once
+that thread has ended. Another thread's ``empty_cache()`` leaves it alone: freed then, the
+next allocation on the stream (a freshly zeroed tensor, say) would get the memory the
+library is about to write its scratch into.
 """
 
 from __future__ import annotations
@@ -51,8 +60,8 @@ def get_workspace(
     """A device pointer to at least ``nbytes`` of scratch memory for ``library``'s calls
     on ``stream`` (the current stream of ``device`` if None); 0 for 0 bytes.
 
-    Valid until the next ``get_workspace`` for the same library, stream and thread: queue
-    the call that uses it before asking again.
+    Valid until this thread's next ``get_workspace`` for the same library and stream, or
+    its next ``empty_cache()``: queue the call that uses it before either.
     """
     if library not in LIBRARIES:
         raise ValueError(f"library: expected one of {', '.join(LIBRARIES)}, got {library!r}")
@@ -91,11 +100,16 @@ def _grow(key: tuple, allocator: DeviceCachingAllocator, stream: Stream, nbytes:
 
 
 def release_idle_workspaces(device: Device) -> None:
-    """Free the workspaces of ``device`` whose stream has nothing queued (empty_cache)."""
+    """Free the workspaces of ``device`` whose stream has nothing queued, of this thread and
+    of threads that have ended (empty_cache; Note [Who frees a workspace])."""
     allocator = allocator_for(device)
+    me = threading.get_ident()
     with _lock:
+        alive = {thread.ident for thread in threading.enumerate()}
         for key, workspace in list(_workspaces.items()):
-            if key[1] is not allocator or not allocator.driver.stream_query(key[2]):
+            if key[1] is not allocator or (key[3] != me and key[3] in alive):
+                continue
+            if not allocator.driver.stream_query(key[2]):
                 continue
             del _workspaces[key]
             clear_label(workspace.ptr)

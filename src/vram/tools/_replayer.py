@@ -72,26 +72,23 @@ def device_capacity(trace: Trace, capacity: int | None) -> int:
 
 
 class _SegmentSizes:
-    """Wraps the allocator's accounting to note the segment sizes it allocates or maps, in
-    order (the replay keeps no recorder: the allocator's history branches stay untaken)."""
+    """The allocator's reserve hook: notes the segment sizes it allocates or maps, in order
+    (the replay keeps no recorder: the allocator's history branches stay untaken)."""
 
-    __slots__ = ("sizes", "_account")
+    __slots__ = ("sizes",)
 
-    def __init__(self, account: Callable[..., None]) -> None:
+    def __init__(self) -> None:
         self.sizes: list[int] = []
-        self._account = account
 
     def __call__(self, pool: Any, segment: Any, start: int, nbytes: int, action: str) -> None:
         if nbytes > 0:
             self.sizes.append(nbytes)
-        self._account(pool, segment, start, nbytes, action)
 
 
 def _watch_segments(allocator: DeviceCachingAllocator) -> _SegmentSizes:
     """The sizes of the segments ``allocator`` allocates or maps, noted as it goes."""
-    segments = _SegmentSizes(allocator._account)
-    allocator.device_malloc.on_reserve = segments
-    allocator.expandable.on_reserve = segments
+    segments = _SegmentSizes()
+    allocator.add_reserve_hook(segments)
     return segments
 
 
