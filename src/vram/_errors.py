@@ -25,6 +25,9 @@ class CudaError(RuntimeError):
     def is_out_of_memory(self) -> bool:
         return self.name in ("CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation")
 
+    def __reduce__(self) -> tuple:
+        return type(self), (self.call, self.name, self.detail)
+
 
 class OutOfMemoryError(RuntimeError):
     """The caching allocator could not satisfy a request (PyTorch's torch.OutOfMemoryError).

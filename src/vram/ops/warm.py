@@ -109,11 +109,15 @@ def _init(sources: list[str]) -> None:
 
 
 def _compile(job: tuple[int, str, str]) -> str:
+    """ "" when the instance compiled, else what NVRTC said."""
     from ..driver._nvrtc import compile_program
 
     index, entry, arch = job
-    compile_program(_sources[index], arch, (entry,))
-    return entry
+    try:
+        compile_program(_sources[index], arch, (entry,))
+    except Exception as exc:  # reported by ``warm``, the others still compiled
+        return f"{entry}: {exc}"
+    return ""
 
 
 def warm(
@@ -128,16 +132,24 @@ def warm(
     numbers = {source: i for i, source in enumerate(sources)}
     work = [(numbers[source], entry, arch) for source, entry in instances]
     done = 0
+    failed: list[str] = []
     with ProcessPoolExecutor(
         max_workers=jobs or os.cpu_count() or 1,
         mp_context=multiprocessing.get_context("spawn"),  # a forked CUDA process is unsafe
         initializer=_init,
         initargs=(sources,),
     ) as pool:
-        for _ in pool.map(_compile, work, chunksize=4):
+        for error in pool.map(_compile, work, chunksize=4):
             done += 1
+            if error:
+                failed.append(error)
             if progress is not None:
                 progress(done, len(work))
+    if failed:
+        raise RuntimeError(
+            f"{len(failed)} of {len(work)} kernel instances did not compile; the first:\n"
+            + failed[0]
+        )
     return done
 
 
@@ -170,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 instances += INSTANCES[family]()
         count = warm(sorted(set(instances)), options.arch, options.jobs)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:
         print(f"vram.ops.warm: {exc}", file=sys.stderr)
         return 2
     print(f"{count} kernel instances compiled for {options.arch} (or found in the cache)")
