@@ -24,6 +24,8 @@ KINDS = frozenset(("sim", "cuda"))
 ALLOWED = {  # path under src/vram -> why it names a device kind
     "cli.py": "the CLI lists each kind's devices and keeps the sim's demo to sim devices",
     "_device.py": "device strings are parsed, and each kind's devices counted by its driver",
+    "_demo.py": "the demo holds the sim's work in deferred mode (a vram.sim control) to show "
+    "queued and completed work step by step",
     "sim.py": "vram.sim's controls (deferred mode, faults, capacity) take sim devices only",
     "_tensor.py": "Tensor.is_cuda is PyTorch's question, answered as PyTorch answers it",
     "_interop.py": "DLPack and __cuda_array_interface__ name the device kind they export "

@@ -12,6 +12,16 @@ from vram.memory import allocator_for
 N = 256 * 1024  # float32 elements: 1 MiB, a small-pool block
 
 
+def side_stream(device: vram.Device) -> vram.Stream:
+    """A pooled stream other than the graphs' capture stream: the pool hands its 32
+    streams out in turn, so after enough earlier tests the next could be that one."""
+    capture = vram.graph(vram.CUDAGraph()).capture_stream
+    side = vram.Stream(device)
+    while side == capture:
+        side = vram.Stream(device)
+    return side
+
+
 def use_on(main: vram.Stream, side: vram.Stream, t: vram.Tensor, record: str) -> None:
     """``side`` joins the capture, reads ``t`` and records the use (``record``: the Tensor
     method), and is joined back into ``main``."""
@@ -29,7 +39,7 @@ def settle(allocator) -> None:
 
 def test_a_block_used_only_by_captured_work_is_freed_when_the_capture_ends(sim0):
     allocator = allocator_for(sim0)
-    side = vram.Stream(sim0)
+    side = side_stream(sim0)
     g = vram.CUDAGraph()
     with vram.graph(g):
         main = vram.current_stream()
@@ -49,7 +59,7 @@ def test_a_block_used_only_by_captured_work_is_freed_when_the_capture_ends(sim0)
 
 def test_uses_from_before_the_capture_still_get_their_events(sim0):
     allocator = allocator_for(sim0)
-    side = vram.Stream(sim0)
+    side = side_stream(sim0)
     g = vram.CUDAGraph()
     x = vram.ones(N)
     with vram.sim.deferred():
@@ -71,7 +81,7 @@ def test_uses_from_before_the_capture_still_get_their_events(sim0):
 @pytest.mark.parametrize("reuse", [True, False])
 def test_graph_capture_record_stream_reuse(sim0, reuse):
     vram.memory.set_allocator_settings(f"graph_capture_record_stream_reuse:{reuse}")
-    side = vram.Stream(sim0)
+    side = side_stream(sim0)
     g = vram.CUDAGraph()
     with vram.graph(g):
         main = vram.current_stream()
@@ -85,7 +95,7 @@ def test_graph_capture_record_stream_reuse(sim0, reuse):
 
 def test_no_reuse_before_the_using_stream_is_joined_back(sim0):
     vram.memory.set_allocator_settings("graph_capture_record_stream_reuse:True")
-    side = vram.Stream(sim0)
+    side = side_stream(sim0)
     g = vram.CUDAGraph()
     with vram.graph(g):
         main = vram.current_stream()
@@ -107,7 +117,7 @@ def test_no_reuse_before_the_using_stream_is_joined_back(sim0):
 
 def test_record_use_during_capture_falls_back_to_record_stream(sim0):
     allocator = allocator_for(sim0)
-    side = vram.Stream(sim0)
+    side = side_stream(sim0)
     g = vram.CUDAGraph()
     with vram.graph(g):
         main = vram.current_stream()
