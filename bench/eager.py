@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -31,6 +32,23 @@ from _decoder import decoder_rows  # noqa: E402
 Case = Callable[[], object]
 
 
+def _mlp(lib: Any, device: Any) -> tuple[Any, list[tuple[Any, Any]]]:
+    """The issue's MLP: a batch of 64 rows of width 256 and eight (weight, bias) layers of
+    256 x 256, float32 (the same in vram and PyTorch)."""
+    x = lib.ones(64, 256, device=device)
+    layers = [
+        (lib.ones(256, 256, device=device) / 256, lib.ones(256, device=device)) for _ in range(8)
+    ]
+    return x, layers
+
+
+def _forward(lib: Any, x: Any, layers: list[tuple[Any, Any]], relu: Callable) -> Any:
+    """Eight ``relu(addmm(bias, x, weight))``: one op after another, as eager code runs."""
+    for weight, bias in layers:
+        x = relu(lib.addmm(bias, x, weight))
+    return x
+
+
 def _vram_cases(device: vram.Device) -> dict[str, Case]:
     make = getattr(vram, "randn", vram.ones)
     a = make(1024, device=device)
@@ -39,14 +57,19 @@ def _vram_cases(device: vram.Device) -> dict[str, Case]:
     m = vram.ones(64, 64, device=device)
     rows = vram.ones(64, 1024, device=device)
     index = vram.arange(0, 1024, 4, device=device)
+    m_out = vram.empty(64, 64, device=device)
+    x, layers = _mlp(vram, device)
     cases: dict[str, Case] = {
         "empty(256) + del": lambda: vram.empty(256, device=device),
+        "empty(4 MiB) + del": lambda: vram.empty(1 << 20, device=device),
         "a + b": lambda: a + b,
         "a += b": lambda: a.__iadd__(b),
         "exp(a)": lambda: vram.exp(a),
         "a < b": lambda: a < b,
         "where(c, a, b)": lambda: vram.where(c, a, b),
         "mm 64x64": lambda: m @ m,
+        "mm 64x64, out=": lambda: vram.mm(m, m, out=m_out),
+        "8 x (addmm + relu)": lambda: _forward(vram, x, layers, vram.nn.functional.relu),
     }
     if hasattr(vram.Tensor, "sum"):
         cases["a.sum()"] = lambda: a.sum()
@@ -73,14 +96,20 @@ def _torch_cases() -> dict[str, Case] | None:
     m = torch.ones(64, 64, device=d)
     rows = torch.ones(64, 1024, device=d)
     index = torch.arange(0, 1024, 4, device=d)
+    m_out = torch.empty(64, 64, device=d)
+    relu = torch.nn.functional.relu
+    x, layers = _mlp(torch, d)
     return {
         "empty(256) + del": lambda: torch.empty(256, device=d),
+        "empty(4 MiB) + del": lambda: torch.empty(1 << 20, device=d),
         "a + b": lambda: a + b,
         "a += b": lambda: a.__iadd__(b),
         "exp(a)": lambda: torch.exp(a),
         "a < b": lambda: a < b,
         "where(c, a, b)": lambda: torch.where(c, a, b),
         "mm 64x64": lambda: m @ m,
+        "mm 64x64, out=": lambda: torch.mm(m, m, out=m_out),
+        "8 x (addmm + relu)": lambda: _forward(torch, x, layers, relu),
         "a.sum()": lambda: a.sum(),
         "rows.sum(dim=-1)": lambda: rows.sum(dim=-1),
         "softmax [64, 1024]": lambda: torch.softmax(rows, dim=-1),
@@ -100,14 +129,17 @@ def _cupy_cases() -> dict[str, Case] | None:
     m = cupy.ones((64, 64), cupy.float32)
     rows = cupy.ones((64, 1024), cupy.float32)
     index = cupy.arange(0, 1024, 4)
+    m_out = cupy.empty((64, 64), cupy.float32)
     return {
         "empty(256) + del": lambda: cupy.empty(256, cupy.float32),
+        "empty(4 MiB) + del": lambda: cupy.empty(1 << 20, cupy.float32),
         "a + b": lambda: a + b,
         "a += b": lambda: a.__iadd__(b),
         "exp(a)": lambda: cupy.exp(a),
         "a < b": lambda: a < b,
         "where(c, a, b)": lambda: cupy.where(c, a, b),
         "mm 64x64": lambda: m @ m,
+        "mm 64x64, out=": lambda: cupy.matmul(m, m, out=m_out),
         "a.sum()": lambda: a.sum(),
         "rows.sum(dim=-1)": lambda: rows.sum(axis=-1),
         "index_select": lambda: cupy.take(a, index, axis=0),

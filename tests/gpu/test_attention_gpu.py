@@ -24,10 +24,18 @@ from vram.ops import _attention
 from vram.ops.warm import warm
 
 torch = pytest.importorskip("torch")
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_usable(), reason="no CUDA GPU")]
 
 CUDA = "cuda:0"
+# PyTorch's reference without its cuDNN backend, which failed on an H200 run (cuDNN's
+# CUDNN_STATUS_INTERNAL_ERROR at L=100, S=150, bf16): flash, memory-efficient or math.
+REFERENCE_BACKENDS = [
+    SDPBackend.FLASH_ATTENTION,
+    SDPBackend.EFFICIENT_ATTENTION,
+    SDPBackend.MATH,
+]
 ROOT = Path(__file__).resolve().parents[2]
 BF16 = ml_dtypes.bfloat16
 TORCH = {
@@ -75,7 +83,9 @@ def run_both(qs, ks, vs, dt, mask=None, **options):
             else (vram.tensor(mask, device=CUDA), torch.from_numpy(mask).to(CUDA))
         )
     ours = F.scaled_dot_product_attention(q0, k0, v0, m0, **options)
-    theirs = torch.nn.functional.scaled_dot_product_attention(q1, k1, v1, m1, **options)
+    vram.synchronize()  # a fault of ours is reported as ours, not in PyTorch's next call
+    with sdpa_kernel(REFERENCE_BACKENDS):
+        theirs = torch.nn.functional.scaled_dot_product_attention(q1, k1, v1, m1, **options)
     return ours, theirs
 
 
@@ -191,6 +201,8 @@ for dim in (64, 128):
     q, k, v = t((2, 2, 130, dim), "f2"), t((2, 2, 77, dim), "f2"), t((2, 2, 77, dim), "f2")
     F.scaled_dot_product_attention(q, k, v, is_causal=True)
     F.scaled_dot_product_attention(q, k, v, mask)
+    q, k = t((2, 3, 100, dim), "f2"), t((2, 3, 150, dim), "f2")  # more keys than rows
+    F.scaled_dot_product_attention(q, k, k)
 q = t((8, 12, 260, 64), "f2")  # 128-row blocks (two row tiles a warp)
 F.scaled_dot_product_attention(q, q, q, is_causal=True)
 vram.synchronize()

@@ -319,6 +319,11 @@ class AllocatorMachine(RuleBasedStateMachine):
         for _, _, events in self.guards:
             for event in events:
                 self.sim.event_destroy(event)
+        lifetimes = self.allocator.lifetimes  # the events it kept for reuse go with it
+        for event in lifetimes.spare_events + [
+            e for s in lifetimes.peer_spares.values() for e in s
+        ]:
+            self.sim.event_destroy(event)
         _registry._allocators.pop(self.device, None)
         vram.sim.set_capacity(0, self.old_capacity)
 

@@ -783,7 +783,11 @@ class CudaDriver(Driver):
                 hstream = 0  # the kernel's device's legacy stream
             result = launch_kernel(function, gx, gy, gz, bx, by, bz, smem, hstream, params, 0)
             if result[0] != _SUCCESS:
-                _check(f"cuLaunchKernel ({work.name})", result)
+                where = (
+                    f"cuLaunchKernel ({launch.entry}: grid {launch.grid}, block {launch.block}, "
+                    f"{smem} B shared, stream {stream:#x}, device {device})"
+                )
+                _check(where, result)
             if self.launch_blocking:
                 self._wait_blocking(stream, work.name, launch.entry)
 
