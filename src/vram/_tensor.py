@@ -43,7 +43,7 @@ from ._dtypes import (
     uint8,
 )
 from ._printing import tensor_repr
-from ._streams import Stream, as_stream, current_stream
+from ._streams import Stream, as_stream, current_handle, current_stream
 from ._views import (
     basic_index,
     chunk_sizes,
@@ -128,14 +128,14 @@ class Storage:
                 pass
 
 
-def device_storage(nbytes: int, device: Device) -> Storage:
-    """``nbytes`` of new memory from the allocator of ``device`` (a cuda or sim device), for
-    its current stream, owned by the storage: for tensors laid out by their maker
-    (``Tensor._make``)."""
+def device_storage(nbytes: int, device: Device, stream: int | None = None) -> Storage:
+    """``nbytes`` of new memory from the allocator of ``device`` (a cuda or sim Device), for
+    ``stream`` (a handle: its current stream's when None), owned by the storage: for
+    tensors laid out by their maker (``Tensor._make``)."""
     if not nbytes:
         return Storage(device, 0, 0, None)
     allocator = allocator_for(device)
-    ptr = allocator.malloc(nbytes, current_stream(device).cuda_stream)
+    ptr = allocator.malloc(nbytes, current_handle(device) if stream is None else stream)
     return Storage(device, ptr, nbytes, None, None, allocator)
 
 

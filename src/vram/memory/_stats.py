@@ -259,8 +259,11 @@ class DeviceStats:
         usage.allocs += 1
         usage.alloc_bytes += size
         usage.alloc_requested += requested
-        usage.room_bytes += freed - size  # (the counts: one down, one up)
-        self.room_bytes += freed - size
+        # the counts and allocated and active bytes come back where they were; only
+        # requested_bytes moves, by requested - freed: its room shrinks by that at most
+        if requested > freed:
+            usage.room_bytes += freed - requested
+            self.room_bytes += freed - requested
         if (usage.room_bytes | self.room_bytes) < 0:
             _catch_up(usage, usage.peaks, usage.currents())
             _catch_up(self, self.peaks, self._currents_all())

@@ -88,13 +88,19 @@ def stream_handle(device: Device) -> int:
 
 
 def new_tensor(
-    shape: tuple[int, ...], stride: tuple[int, ...], dt: Any, device: Device, nbytes: int
+    shape: tuple[int, ...],
+    stride: tuple[int, ...],
+    dt: Any,
+    device: Device,
+    nbytes: int,
+    stream: int | None = None,
 ) -> Tensor:
-    """A new tensor of ``nbytes`` of memory laid out as ``shape`` / ``stride``."""
+    """A new tensor of ``nbytes`` of memory laid out as ``shape`` / ``stride``, for
+    ``stream`` (a handle: the device's current stream when None)."""
     if device.type == "cpu":
         storage = Storage.of_host(np.empty(nbytes, np.uint8))
     else:
-        storage = device_storage(nbytes, device)
+        storage = device_storage(nbytes, device, stream)
     return Tensor._make(storage, shape, stride, 0, dt)
 
 

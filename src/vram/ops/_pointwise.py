@@ -332,7 +332,9 @@ class PointwisePlan:
         return values
 
     def _output(self, stream: int) -> Tensor:
-        out = new_tensor(self.shape, self.out_stride, self.out_dtype, self.device, self.nbytes)
+        out = new_tensor(
+            self.shape, self.out_stride, self.out_dtype, self.device, self.nbytes, stream
+        )
         if self.out_sig:
             out._sig = self.out_sig
         else:
