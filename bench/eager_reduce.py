@@ -2,12 +2,13 @@
 PyTorch vs CuPy.
 
 Throughput (GB/s: the bytes an op must move, over its device time):
+- ``add`` of two tensors (reads 2n, writes n) and ``exp`` (reads and writes n), elementwise;
 - ``sum`` of every element and ``sum(dim=-1)`` of rows of ``width`` (reads n elements),
   ``softmax`` over rows of ``width`` (reads and writes n), ``layer_norm`` over rows of
   ``width`` with weight and bias (reads and writes n); and ``copy`` (a device copy of n
   elements: the bandwidth ceiling), at 16M, 64M and 256M elements in float32 and bfloat16.
-- peers: vram, PyTorch (torch.sum, torch.softmax, torch.nn.functional.layer_norm,
-  Tensor.copy_), CuPy (cupy.sum, cupyx.scipy.special.softmax; no layer_norm in CuPy, no
+- peers: vram, PyTorch (+, torch.exp, torch.sum, torch.softmax, torch.nn.functional.layer_norm,
+  Tensor.copy_), CuPy (+, cupy.exp, cupy.sum, cupyx.scipy.special.softmax; no layer_norm in CuPy, no
   bfloat16). Outputs are new tensors each call, as an eager user gets them.
 Each peer's calls run between two CUDA events on its current stream, as many as fit in
 about ``TARGET_MS``; the peers take turns round by round (clock and temperature drift are
@@ -119,6 +120,8 @@ def _calls(name: str, module: object, host: np.ndarray, dtype: str, width: int, 
         grid = x.view(rows, width)
         out = vram.empty(x.shape, dtype=x.dtype, device=device)
         return {
+            "add": lambda: x + out,
+            "exp": lambda: vram.exp(x),
             "sum": lambda: vram.sum(x),
             "sum_rows": lambda: vram.sum(grid, -1),
             "softmax": lambda: F.softmax(grid, -1),
@@ -134,6 +137,8 @@ def _calls(name: str, module: object, host: np.ndarray, dtype: str, width: int, 
         grid = x.view(rows, width)
         out = torch.empty_like(x)
         return {
+            "add": lambda: x + out,
+            "exp": lambda: torch.exp(x),
             "sum": lambda: torch.sum(x),
             "sum_rows": lambda: torch.sum(grid, -1),
             "softmax": lambda: torch.softmax(grid, -1),
@@ -147,6 +152,8 @@ def _calls(name: str, module: object, host: np.ndarray, dtype: str, width: int, 
     grid = x.reshape(rows, width)
     out = cupy.empty_like(x)
     calls = {
+        "add": lambda: x + out,
+        "exp": lambda: cupy.exp(x),
         "sum": lambda: cupy.sum(x),
         "sum_rows": lambda: cupy.sum(grid, axis=-1),
         "copy": lambda: cupy.copyto(out, x),
@@ -161,8 +168,11 @@ def _calls(name: str, module: object, host: np.ndarray, dtype: str, width: int, 
 
 
 def _moved(op: str, numel: int, itemsize: int) -> int:
-    """Bytes an op must move: reads of n elements, and writes of n for the row ops."""
-    return numel * itemsize * (1 if op in ("sum", "sum_rows") else 2)
+    """Bytes an op must move: reads of n elements (two operands for add), and writes of n
+    for the elementwise and row ops."""
+    if op in ("sum", "sum_rows"):
+        return numel * itemsize
+    return numel * itemsize * (3 if op == "add" else 2)
 
 
 def _count(peer: Peer, call: Call) -> int:
@@ -188,7 +198,7 @@ def measure(device, sizes=SIZES, dtypes=DTYPES, widths=WIDTHS, rounds=ROUNDS) ->
                 ops = (
                     ("sum_rows", "softmax", "layer_norm")
                     if width != widths[0]
-                    else ("sum", "copy", "sum_rows", "softmax", "layer_norm")
+                    else ("add", "exp", "sum", "copy", "sum_rows", "softmax", "layer_norm")
                 )
                 for op in ops:
                     found = {n: c[op] for n, c in calls.items() if op in c}
@@ -208,7 +218,7 @@ def measure(device, sizes=SIZES, dtypes=DTYPES, widths=WIDTHS, rounds=ROUNDS) ->
                                 "op": op,
                                 "dtype": dtype,
                                 "numel": numel,
-                                "width": None if op in ("sum", "copy") else width,
+                                "width": None if op in ("add", "exp", "sum", "copy") else width,
                                 "peer": n,
                                 "ms": round(ms, 5),
                                 "gbps": round(gbps, 1),
