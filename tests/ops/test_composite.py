@@ -208,6 +208,16 @@ EQUATIONS = [
     ("Ba,a", [(3, 4), (4,)]),
     ("ij, jk -> ki", [(3, 4), (4, 5)]),
     ("i,i", [(1,), (5,)]),
+    ("...ij,...jk->...ik", [(2, 3, 4), (4, 5)]),
+    ("...ij,...jk", [(2, 1, 3, 4), (6, 4, 5)]),
+    ("...d,...d->...", [(2, 3, 4), (3, 4)]),
+    ("b...,b...->...b", [(2, 3, 4), (2, 3, 4)]),
+    ("i...,i...->...", [(2, 3), (2, 3)]),
+    ("...,...", [(2, 3), (2, 3)]),
+    ("...ij->...ji", [(2, 3, 4)]),
+    ("...ii->...i", [(2, 3, 3)]),
+    ("...ij,jk->ik", [(2, 3, 4), (4, 5)]),
+    ("ij->...ij", [(3, 4)]),
 ]
 
 
@@ -217,6 +227,8 @@ def test_einsum_matches_numpy(equation, shapes, device):
     arrays = [normal(s, k) for k, s in enumerate(shapes)]
     if equation == "i,i":  # a size-1 dimension broadcasts, as in PyTorch
         want = np.einsum("i,i", np.broadcast_to(arrays[0], (5,)), arrays[1])
+    elif equation == "...ij,jk->ik":  # PyTorch sums what the ellipsis covers (NumPy refuses)
+        want = np.einsum("...ij,jk->...ik", *arrays).sum(0)
     else:
         want = np.einsum(equation, *arrays)
     close(vram.einsum(equation, *[put(a, device) for a in arrays]), want)
@@ -259,8 +271,16 @@ def test_einsum_errors():
     for args, message in cases:
         with pytest.raises(RuntimeError, match=message):
             vram.einsum(*args)
-    with pytest.raises(NotImplementedError, match="ellipsis"):
-        vram.einsum("...ij->...ji", x)
+    ellipsis_cases = [
+        (("..ij", x), "found '.' for operand 0 that is not part of any ellipsis"),
+        (("...i...", x), "found '.' for operand 0 for which an ellipsis was already found"),
+        (("...ijk", x), r"number of subscripts in the equation \(3\) is more than the number"),
+        (("ij->i.j", x), "found '.' for output that is not part of any ellipsis"),
+        (("...j,...j->...", x, vram.zeros(2, 4, device="sim:0")), "covered by ellipsis"),
+    ]
+    for args, message in ellipsis_cases:
+        with pytest.raises(RuntimeError, match=message):
+            vram.einsum(*args)
     with pytest.raises(TypeError, match="operands"):
         vram.einsum("ij", np.zeros((3, 4)))
     with pytest.raises(TypeError, match="equation"):

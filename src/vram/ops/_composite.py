@@ -211,43 +211,90 @@ def roll(input: Tensor, shifts: Any, dims: Any = None) -> Tensor:  # noqa: A002
 _LETTERS = set(string.ascii_letters)
 
 
-def _parse(equation: str, count: int) -> tuple[list[str], str]:
-    """The subscripts of each operand and of the output (implicit: the labels seen once,
-    in alphabetical order, upper case first, as PyTorch's)."""
-    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
+def _check_dots(term: str, where: str) -> None:
+    """PyTorch's errors for a '.' that is not part of exactly one ``...``."""
+    rest = term.replace("...", "", 1)
+    if "." in rest:
+        problem = (
+            "for which an ellipsis was already found"
+            if "..." in term
+            else ("that is not part of any ellipsis")
+        )
+        raise RuntimeError(f"einsum(): found '.' for {where} {problem}")
+
+
+def _parse(equation: str, count: int) -> tuple[list[str], str | None]:
+    """The subscripts of each operand (``...`` kept) and of the output (None: implicit)."""
     for i, c in enumerate(equation):
-        if c not in _LETTERS and c not in " ,->":
-            if c == ".":
-                raise NotImplementedError(
-                    "einsum(): ellipsis ('...') in the equation is not supported by vram yet; "
-                    "name every dimension with a letter"
-                )
+        if c not in _LETTERS and c not in " ,->.":
             raise RuntimeError(
                 f"einsum(): invalid subscript given at index {i} in the equation string, "
                 "subscripts must be in [a-zA-Z]"
             )
+    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
     terms = lhs.split(",")
     if len(terms) > count:
         raise RuntimeError("einsum(): fewer operands were provided than specified in the equation")
     if len(terms) < count:
         raise RuntimeError("einsum(): more operands were provided than specified in the equation")
-    if arrow:
-        if "," in rhs or "-" in rhs or ">" in rhs:
-            raise RuntimeError(f"einsum(): invalid output subscripts {rhs!r} in {equation!r}")
-        for c in rhs:
-            if rhs.count(c) > 1:
+    for i, term in enumerate(terms):
+        if "-" in term or ">" in term:
+            raise RuntimeError(f"einsum(): invalid equation {equation!r} ('->' expected)")
+        _check_dots(term, f"operand {i}")
+    if not arrow:
+        return terms, None
+    if "," in rhs or "-" in rhs or ">" in rhs:
+        raise RuntimeError(f"einsum(): invalid output subscripts {rhs!r} in {equation!r}")
+    _check_dots(rhs, "output")
+    letters = rhs.replace("...", "")
+    for c in letters:
+        if letters.count(c) > 1:
+            raise RuntimeError(
+                f"einsum(): output subscript {c} appears more than once in the output"
+            )
+        if c not in lhs:
+            raise RuntimeError(
+                f"einsum(): output subscript {c} does not appear in the equation for any input "
+                "operand"
+            )
+    return terms, rhs
+
+
+def _expand_ellipses(
+    terms: list[str], output: str | None, tensors: list[Tensor]
+) -> tuple[list[str], str]:
+    """Each ``...`` replaced by labels of its own (characters outside [a-zA-Z]) for the
+    dimensions it covers, aligned to the right across operands as PyTorch broadcasts them;
+    the implicit output: those dimensions, then the labels seen once in alphabetical order
+    (upper case first)."""
+    covered = []
+    for i, (term, t) in enumerate(zip(terms, tensors, strict=True)):
+        named = len(term.replace("...", ""))
+        if "..." not in term:
+            if named != t.ndim:
                 raise RuntimeError(
-                    f"einsum(): output subscript {c} appears more than once in the output"
+                    f"einsum(): the number of subscripts in the equation ({named}) does not "
+                    f"match the number of dimensions ({t.ndim}) for operand {i} and no "
+                    "ellipsis was given"
                 )
-            if c not in lhs:
-                raise RuntimeError(
-                    f"einsum(): output subscript {c} does not appear in the equation for any "
-                    "input operand"
-                )
-        return terms, rhs
-    if "-" in lhs or ">" in lhs:
-        raise RuntimeError(f"einsum(): invalid equation {equation!r} ('->' expected)")
-    return terms, "".join(sorted(c for c in set(lhs) - {","} if lhs.count(c) == 1))
+            covered.append(0)
+        elif named > t.ndim:
+            raise RuntimeError(
+                f"einsum(): the number of subscripts in the equation ({named}) is more than the "
+                f"number of dimensions ({t.ndim}) for operand {i}"
+            )
+        else:
+            covered.append(t.ndim - named)
+    width = max(covered)
+    ellipsis = "".join(chr(0x100 + k) for k in range(width))
+    expanded = [
+        term.replace("...", ellipsis[width - n :]) for term, n in zip(terms, covered, strict=True)
+    ]
+    if output is not None:
+        return expanded, output.replace("...", ellipsis)
+    letters = "".join(term.replace("...", "") for term in terms)
+    once = sorted(c for c in set(letters) if letters.count(c) == 1)
+    return expanded, ellipsis + "".join(once)
 
 
 def _take_diagonals(x: Tensor, labels: str, index: int) -> tuple[Tensor, str]:
@@ -296,9 +343,10 @@ def _broadcast_labels(operands: list[Tensor], terms: list[str]) -> list[Tensor]:
         for c, n in zip(labels, t._shape, strict=True):
             seen = size.setdefault(c, n)
             if n != seen and 1 not in (n, seen):
+                name = f"subscript {c}" if c in _LETTERS else "a dimension covered by ellipsis"
                 raise RuntimeError(
-                    f"einsum(): subscript {c} has size {n} for operand {i} which does not "
-                    f"broadcast with previously seen size {seen}"
+                    f"einsum(): {name} has size {n} for operand {i} which does not broadcast "
+                    f"with previously seen size {seen}"
                 )
             size[c] = max(seen, n) if 1 in (seen, n) else n
     return [
@@ -308,9 +356,9 @@ def _broadcast_labels(operands: list[Tensor], terms: list[str]) -> list[Tensor]:
 
 
 def einsum(equation: str, *operands: Any) -> Tensor:
-    """torch.einsum for equations whose dimensions are all named by letters (no ellipsis):
-    explicit (``"ij,jk->ik"``) or implicit (``"ij,jk"``) outputs, repeated labels within an
-    operand (diagonals), sums and batched contractions of any number of operands."""
+    """torch.einsum: explicit (``"ij,jk->ik"``) or implicit (``"ij,jk"``) outputs, ``...``
+    for broadcast dimensions, repeated labels within an operand (diagonals), size-1
+    dimensions broadcast, sums and batched contractions of any number of operands."""
     if not isinstance(equation, str):
         raise TypeError(f"einsum(): argument 'equation' must be str, not {type(equation).__name__}")
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
@@ -319,15 +367,10 @@ def einsum(equation: str, *operands: Any) -> Tensor:
         raise RuntimeError("einsum(): must provide at least one operand")
     for i, t in enumerate(operands):
         require_tensor("einsum", f"operands[{i}]", t)
-    terms, output = _parse(equation, len(operands))
+    parsed, explicit = _parse(equation, len(operands))
     tensors = list(operands)
+    terms, output = _expand_ellipses(parsed, explicit, tensors)
     for i, (t, labels) in enumerate(zip(tensors, terms, strict=True)):
-        if len(labels) != t.ndim:
-            raise RuntimeError(
-                f"einsum(): the number of subscripts in the equation ({len(labels)}) does not "
-                f"match the number of dimensions ({t.ndim}) for operand {i} and no ellipsis "
-                "was given"
-            )
         tensors[i], terms[i] = _take_diagonals(t, labels, i)
     tensors = _broadcast_labels(tensors, terms)
     for i, labels in enumerate(terms):  # labels no other operand nor the output needs
