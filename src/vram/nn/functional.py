@@ -276,17 +276,17 @@ def _cropped(x: Tensor, pairs: list[tuple[int, int, int]]) -> Tensor:
     return x
 
 
-def _source_positions(mode: str, n: int, before: int, after: int) -> np.ndarray:
+def _source_positions(mode: str, n: int, before: int, after: int, device: Any) -> Tensor:
     """For each position of a padded dimension (``before`` / ``after`` may be negative), the
     input position it copies: mirrored without the edge (reflect), the edge (replicate) or
-    wrapped (circular)."""
-    p = np.arange(-before, n + after)
+    wrapped (circular). Computed on the device: no upload, so it can be captured."""
+    p = _factories.arange(-before, n + after, device=device)
     if mode == "replicate":
-        return np.clip(p, 0, n - 1)
+        return _math.clamp(p, 0, n - 1)
     if mode == "circular":
-        return p % n
-    p = np.abs(p)
-    return np.where(p > n - 1, 2 * (n - 1) - p, p)
+        return _math.remainder(p, n)
+    p = _math.abs(p)
+    return _math.where(_math.gt(p, n - 1), _math.rsub(p, 2 * (n - 1)), p)
 
 
 def pad(
@@ -350,9 +350,7 @@ def pad(
                 f"pad(): {mode} padding needs a non-empty dimension {d} of input {list(x.shape)}"
             )
         if before or after:
-            positions = _factories.tensor(
-                _source_positions(mode, n, before, after), device=x.device
-            )
+            positions = _source_positions(mode, n, before, after, x.device)
             out = _indexing.index_select(out, d, positions)
     return out.clone() if out is x or not out.is_contiguous() else out
 
