@@ -5,9 +5,11 @@ diagonal (a view), diag, diag_embed, trace, outer, flip, roll, einsum and tensor
   a zeroed result.
 - flip gathers along each flipped dimension (index_select); roll joins two narrowed views
   per dimension (cat).
-- einsum takes diagonals for labels repeated within an operand, sums labels no one else
-  needs, then contracts operands left to right, each pair as one batched matrix product
-  (permute + reshape + matmul), as PyTorch's einsum does without opt_einsum.
+- einsum names the dimensions an ellipsis covers with labels of their own, takes
+  diagonals for labels repeated within an operand, sums labels no one else needs, then
+  contracts operands left to right, each pair as one batched matrix product (permute +
+  reshape + matmul), as PyTorch's einsum does without opt_einsum. Tensor methods reach
+  matmul through the dispatch table (vram.blas sits above this layer).
 """
 
 from __future__ import annotations
