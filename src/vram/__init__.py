@@ -84,6 +84,20 @@ from .memory import (
 )
 from .ops import return_types
 from .ops._advanced import index_put
+from .ops._composite import (
+    diag,
+    diag_embed,
+    diagonal,
+    einsum,
+    flip,
+    fliplr,
+    flipud,
+    ger,
+    outer,
+    roll,
+    tensordot,
+    trace,
+)
 from .ops._creation import empty_like, eye, full_like, linspace, logspace, ones_like, zeros_like
 from .ops._foreach import *  # noqa: F403 - PyTorch's vram._foreach_* ops
 from .ops._indexing import gather, index_select, masked_fill, scatter, scatter_add

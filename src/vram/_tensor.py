@@ -625,6 +625,35 @@ class Tensor:
     def triu_(self, diagonal: int = 0) -> Tensor:
         return dispatch["triu_"](self, diagonal)
 
+    # ---- diagonals, flips and rolls (vram.ops._composite) ----------------------------
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        """A view of the diagonal of the (``dim1``, ``dim2``) matrices."""
+        return dispatch["diagonal"](self, offset, dim1, dim2)
+
+    def diag(self, diagonal: int = 0) -> Tensor:
+        return dispatch["diag"](self, diagonal)
+
+    def diag_embed(self, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
+        return dispatch["diag_embed"](self, offset, dim1, dim2)
+
+    def trace(self) -> Tensor:
+        return dispatch["trace"](self)
+
+    def outer(self, vec2: Tensor) -> Tensor:
+        return dispatch["outer"](self, vec2)
+
+    def flip(self, *dims: Any) -> Tensor:
+        return dispatch["flip"](self, int_sequence(dims, "dims"))
+
+    def fliplr(self) -> Tensor:
+        return dispatch["fliplr"](self)
+
+    def flipud(self) -> Tensor:
+        return dispatch["flipud"](self)
+
+    def roll(self, shifts: Any, dims: Any = None) -> Tensor:
+        return dispatch["roll"](self, shifts, dims)
+
     # ---- copies and conversions ----------------------------------------------------
     def contiguous(self) -> Tensor:
         """This tensor if contiguous, else a contiguous copy."""

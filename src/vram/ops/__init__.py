@@ -5,6 +5,7 @@ every function this package gives the ``vram`` namespace.
 
 from . import (  # noqa: F401 - fill dispatch
     _advanced,
+    _composite,
     _creation,
     _indexing,
     _layer_norm,
