@@ -1,4 +1,5 @@
-"""torch.nn.functional: ``linear`` (with cuBLASLt's fused epilogues), the activations,
+"""torch.nn.functional: ``linear`` (with cuBLASLt's fused epilogues), the activations
+(relu, gelu and silu here, the others from vram.ops._activations),
 ``softmax``, ``log_softmax``, ``layer_norm``, ``scaled_dot_product_attention`` and
 ``dropout``."""
 
@@ -10,6 +11,22 @@ from typing import Any
 from .._tensor import Tensor
 from ..blas import _checks, addmm, matmul
 from ..ops import _math, _random, _softmax
+from ..ops._activations import (
+    celu,
+    elu,
+    glu,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    leaky_relu,
+    logsigmoid,
+    mish,
+    relu6,
+    selu,
+    softplus,
+    softsign,
+    threshold,
+)
 from ..ops._layer_norm import layer_norm
 from ._attention import scaled_dot_product_attention
 
@@ -18,6 +35,20 @@ __all__ = [
     "relu",
     "gelu",
     "silu",
+    "relu6",
+    "leaky_relu",
+    "elu",
+    "selu",
+    "celu",
+    "softplus",
+    "hardtanh",
+    "hardswish",
+    "hardsigmoid",
+    "mish",
+    "logsigmoid",
+    "softsign",
+    "threshold",
+    "glu",
     "sigmoid",
     "tanh",
     "softmax",

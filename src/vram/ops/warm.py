@@ -27,6 +27,7 @@ from .._device import Device
 from .._factories import empty
 from .._tensor import Tensor
 from . import _attention
+from ._activations import ACTIVATIONS
 from ._math import (
     ADDCDIV,
     ADDCMUL,
@@ -79,6 +80,9 @@ def pointwise_instances(
         a, at = _tensors(dt)
         number = True if dt is _dtypes.bool_ else (2 if kind(dt) == 1 else 2.5)
         for op in UNARY.values():
+            if wants(op) and kind(dt) in op.kinds:
+                found |= _entries(op, (a,)) | _entries(op, (a[:, ::2],))
+        for op in ACTIVATIONS.values():
             if wants(op) and kind(dt) in op.kinds:
                 found |= _entries(op, (a,)) | _entries(op, (a[:, ::2],))
         for op in BINARY.values():
