@@ -32,8 +32,8 @@ CASES = {  # name -> (vram call, torch call, dtypes beyond the floating ones)
     "logsigmoid": (F.logsigmoid, TF.logsigmoid, ()),
     "softsign": (F.softsign, TF.softsign, ("int64",)),
     "threshold": (
-        lambda x: F.threshold(x, 1.3, -7.0),
-        lambda x: TF.threshold(x, 1.3, -7.0),
+        lambda x: F.threshold(x, 1.3, 7.0),
+        lambda x: TF.threshold(x, 1.3, 7.0),
         INTS,
     ),
     "glu": (lambda x: F.glu(x, 0), lambda x: TF.glu(x, 0), ()),
@@ -71,7 +71,7 @@ def test_activations_match_torch(name):
     for dt in FLOATS + tuple(extra):
         if name == "relu6" and dt == "uint8":
             continue  # hardtanh's negative limit is refused for uint8 in both
-        x = _random(dt, (34, 18), 1)
+        x = _random(dt, (36, 18), 1)  # glu halves dim 0 of each view
         v = vram.asarray(x)
         _check(fn(v), tfn(x))
         _check(fn(v.t()), tfn(x.t()))

@@ -134,6 +134,12 @@ def test_bad_arguments_are_refused_as_pytorch_refuses_them():
         F.relu6(vram.tensor([True], device=SIM))
     with pytest.raises(RuntimeError, match="unsigned type with negative limits"):
         F.hardtanh(vram.tensor([1], dtype=vram.uint8, device=SIM))
+    with pytest.raises(RuntimeError, match="cannot be converted to vram.uint8 without overflow"):
+        F.threshold(vram.tensor([1], dtype=vram.uint8, device=SIM), 1.3, -7.0)
+    with pytest.raises(RuntimeError, match="cannot be converted to vram.int8 without overflow"):
+        F.hardtanh(vram.tensor([1], dtype=vram.int8, device=SIM), -1000, 1000)
+    with pytest.raises(RuntimeError, match="cannot be converted to vram.float16 without overflow"):
+        F.threshold(vram.tensor([1.0], dtype=vram.float16, device=SIM), 1, 1e6)
     with pytest.raises(ValueError, match="min_val cannot be greater than max_val"):
         F.hardtanh(x, 2, -2)
     with pytest.raises(RuntimeError, match="alpha cannot be 0 for CELU"):

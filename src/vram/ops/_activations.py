@@ -129,7 +129,8 @@ def _number(name: str, argument: str, value: Any) -> float:
 
 def _as_input_dtype(value: Any, input: Tensor) -> Any:  # noqa: A002
     """A bound as PyTorch's kernels take it (``Scalar.to<scalar_t>()``): truncated for
-    integers, rounded for float16 and bfloat16."""
+    integers, rounded for float16 and bfloat16; RuntimeError where it does not fit."""
+    _math._check_fill(value, input.dtype)
     if input.dtype.is_floating_point:
         return float(np.asarray(float(value)).astype(input.dtype.np))
     return int(value)
