@@ -16,6 +16,8 @@ SIM = vram.device("sim:0")
 CPU = vram.device("cpu")
 NAN, INF = math.nan, math.inf
 FLOATS = [vram.float16, vram.bfloat16, vram.float32, vram.float64]
+LAYOUTS = [(dt, SIM) for dt in FLOATS] + [(vram.float32, CPU)]  # the host: its own launcher
+LAYOUT_IDS = [f"{dt.name}-{device}" for dt, device in LAYOUTS]
 TOLERANCE = {vram.float16: 2e-3, vram.bfloat16: 1.6e-2, vram.float32: 2e-6, vram.float64: 1e-12}
 ALPHA, SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 
@@ -41,8 +43,7 @@ REFERENCES = {  # in float64, from the definitions
 }
 
 
-@pytest.mark.parametrize("device", [SIM, CPU], ids=str)
-@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
+@pytest.mark.parametrize(("dt", "device"), LAYOUTS, ids=LAYOUT_IDS)
 @pytest.mark.parametrize("name", sorted(REFERENCES))
 def test_activations_match_their_definitions(name, dt, device):
     fn, reference = REFERENCES[name]
