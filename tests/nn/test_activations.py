@@ -120,6 +120,7 @@ def test_integer_inputs_where_pytorch_takes_them():
     assert F.threshold(ints, 1.5, 7).tolist() == [7, 2, 3]
     assert F.threshold(ints, 2, 7.9).tolist() == [7, 7, 3]
     assert F.hardtanh(vram.tensor([-3, 0, 3], device=SIM), -1.5, 2.5).tolist() == [-1, 0, 2]
+    assert F.hardtanh(vram.tensor([0, 5], dtype=vram.uint8, device=SIM), -0.5, 2).tolist() == [0, 2]
     r6 = F.relu6(vram.tensor([-3, 0, 3, 9], device=SIM))
     assert r6.dtype == vram.int64 and r6.tolist() == [0, 0, 3, 6]
     soft = F.softsign(vram.tensor([1, 2], device=SIM))

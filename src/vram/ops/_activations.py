@@ -154,7 +154,7 @@ def hardtanh(
         raise ValueError("min_val cannot be greater than max_val")
     if x.dtype is bool_:
         raise RuntimeError("Bool inputs not supported for hardtanh")
-    if x.dtype is uint8 and (min_val < 0 or max_val < 0):
+    if x.dtype is uint8 and (int(min_val) < 0 or int(max_val) < 0):  # as truncated
         raise RuntimeError("cannot do hardtanh on an unsigned type with negative limits")
     bounds = (_as_input_dtype(min_val, x), _as_input_dtype(max_val, x))
     return _apply("hardtanh", x, bounds, inplace)
