@@ -1109,8 +1109,29 @@ _UNARY = (
     "logical_not",
     "bitwise_not",
     "relu",
+    "erfc",
+    "erfinv",
+    "lgamma",
+    "digamma",
+    "sinh",
+    "cosh",
+    "asin",
+    "acos",
+    "atan",
+    "asinh",
+    "acosh",
+    "atanh",
+    "sinc",
+    "deg2rad",
+    "rad2deg",
+    "square",
+    "frac",
+    "sgn",
+    "logit",
 )
 _UNARY_ONLY = ("isnan", "isinf", "isfinite")  # no in-place form (the result is bool)
+# no in-place form in torch either: ``t.positive()``, ``t.logaddexp(o)``, ``t.isclose(o)``
+_NO_INPLACE = ("positive", "logaddexp", "logaddexp2", "isclose", "allclose", "equal")
 # reductions, scans and row ops: ``t.sum(dim)``, ``t.max(dim)``, ``t.softmax(dim)``
 _REDUCTIONS = (
     "sum",
@@ -1151,6 +1172,12 @@ _BINARY = (
     "bitwise_and",
     "bitwise_or",
     "bitwise_xor",
+    "clamp_min",
+    "clamp_max",
+    "hypot",
+    "copysign",
+    "xlogy",
+    "heaviside",
 )
 _COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")  # and their in-place forms, as torch's
 _ALIASES = {  # torch's other names for the same ops
@@ -1165,6 +1192,12 @@ _ALIASES = {  # torch's other names for the same ops
     "less_equal": "le",
     "not_equal": "ne",
     "fix": "trunc",
+    "arcsin": "asin",
+    "arccos": "acos",
+    "arctan": "atan",
+    "arcsinh": "asinh",
+    "arccosh": "acosh",
+    "arctanh": "atanh",
 }
 
 
@@ -1190,7 +1223,7 @@ def _forward(name: str, inplace: bool) -> Callable[..., Tensor]:
 for _name in _UNARY + _BINARY + _COMPARE:
     setattr(Tensor, _name, _forward(_name, False))
     setattr(Tensor, f"{_name}_", _forward(_name, True))
-for _name in _UNARY_ONLY + _REDUCTIONS:
+for _name in _UNARY_ONLY + _NO_INPLACE + _REDUCTIONS:
     setattr(Tensor, _name, _forward(_name, False))
 for _alias, _name in _ALIASES.items():
     setattr(Tensor, _alias, getattr(Tensor, _name))

@@ -109,6 +109,8 @@ def test_unary_ops_match_torch_for_every_dtype(name):
                 "isinf",
                 "isfinite",
                 "relu",
+                "square",
+                "frac",
             )
             check(got, want, exact)
 
@@ -137,7 +139,17 @@ BINARY = [
     "ge",
     "floor_divide",
     "pow",
+    "hypot",
+    "copysign",
+    "logaddexp",
+    "logaddexp2",
+    "xlogy",
+    "heaviside",
+    "clamp_min",
+    "clamp_max",
 ]
+EXACT_BINARY = ("eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "copysign")
+EXACT_BINARY += ("heaviside", "clamp_min", "clamp_max")
 
 
 @pytest.mark.parametrize("name", BINARY)
@@ -155,7 +167,7 @@ def test_binary_ops_match_torch_for_every_dtype_and_layout(name):
                 b = b.clamp(0, 3)
             va, vb = to_vram(a), to_vram(b)
             ta, tb = a.cuda(), b.cuda()
-            exact = kind <= 1 or name in ("eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum")
+            exact = (kind <= 1 and name != "xlogy") or name in EXACT_BINARY
             check(getattr(vram, name)(va, vb), getattr(torch, name)(ta, tb), exact)
             # transposed, broadcast row, strided slices
             check(getattr(vram, name)(va.t(), vb.t()), getattr(torch, name)(ta.t(), tb.t()), exact)
@@ -245,3 +257,60 @@ def test_large_vectorized_and_unaligned():
     check(vram.exp(va), torch.exp(ta), False)
     h = random("bfloat16", (1 << 20,), 17)
     check(to_vram(h) * 3, h.cuda() * 3, True)
+
+
+def test_logit_isclose_allclose_equal_and_positive():
+    for dt in ("float16", "bfloat16", "float32", "float64", "int32"):
+        x = random(dt, (33, 17), 18, positive=True)
+        if dt != "int32":
+            x = x / 10
+        for eps in (None, 0.05, 0.3):
+            check(vram.logit(to_vram(x), eps), torch.logit(x.cuda(), eps), False)
+    for dt in ("float16", "bfloat16", "float32", "float64", "int64", "uint8", "bool"):
+        a = random(dt, (40, 30), 19)
+        b = a.clone()
+        if dt not in ("bool",):
+            b[::3] += 1 if dt in ("int64", "uint8") else 1e-3
+        if dt.startswith("float") or dt == "bfloat16":
+            a[0, :3] = torch.tensor([float("nan"), float("inf"), float("nan")])
+            b[0, :3] = torch.tensor([float("nan"), float("inf"), 1.0])
+        for rtol, atol, equal_nan in ((1e-5, 1e-8, False), (1e-2, 1e-3, True), (0.0, 0.0, False)):
+            va, vb, ta, tb = to_vram(a), to_vram(b), a.cuda(), b.cuda()
+            check(
+                vram.isclose(va, vb, rtol, atol, equal_nan),
+                torch.isclose(ta, tb, rtol, atol, equal_nan),
+                True,
+            )
+            check(
+                vram.isclose(va[:, ::2], vb[0, ::2]),
+                torch.isclose(ta[:, ::2], tb[0, ::2]),
+                True,
+            )
+            assert vram.allclose(va, vb, rtol, atol, equal_nan) == torch.allclose(
+                ta, tb, rtol, atol, equal_nan
+            )
+        assert vram.equal(to_vram(a), to_vram(b)) == torch.equal(a.cuda(), b.cuda())
+        assert vram.equal(to_vram(a).t(), to_vram(a.t().contiguous())) == torch.equal(
+            a.cuda().t(), a.t().contiguous().cuda()
+        )
+    x = to_vram(random("float32", (8,), 20))
+    assert vram.positive(x) is x
+
+
+def test_sgn_of_complex_and_edge_values():
+    z = random("complex64", (64,), 21)
+    z[:2] = 0
+    check(vram.sgn(to_vram(z)), torch.sgn(z.cuda()), False)
+    edges = torch.tensor(
+        [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, float("inf"), float("-inf"), float("nan")]
+    )
+    for name in ("sgn", "frac", "sinc", "erfinv", "lgamma", "digamma", "square", "erfc", "atanh"):
+        check(getattr(vram, name)(to_vram(edges)), getattr(torch, name)(edges.cuda()), False)
+    a = torch.tensor([0.0, -0.0, 1.0, -1.0, float("nan"), float("inf"), float("-inf"), 2.0])
+    b = torch.tensor([-0.0, 0.0, -1.0, float("nan"), 1.0, float("nan"), float("inf"), -3.0])
+    for name in ("copysign", "hypot", "logaddexp", "logaddexp2", "xlogy", "heaviside"):
+        got = getattr(vram, name)(to_vram(a), to_vram(b))
+        want = getattr(torch, name)(a.cuda(), b.cuda())
+        check(got, want, False)
+        g = torch.utils.dlpack.from_dlpack(got)
+        assert torch.equal(torch.signbit(g[want == 0]), torch.signbit(want[want == 0])), name

@@ -1,6 +1,7 @@
-"""torch.nn.functional: ``linear`` (with cuBLASLt's fused epilogues), the activations,
-``softmax``, ``log_softmax``, ``layer_norm``, ``scaled_dot_product_attention``, ``dropout``;
-and, composed of vram's other ops: ``embedding``, ``one_hot``, ``pad``, ``normalize``,
+"""torch.nn.functional: ``linear`` (with cuBLASLt's fused epilogues), the activations
+(relu, gelu and silu here, the others from vram.ops._activations), ``softmax``,
+``log_softmax``, ``layer_norm``, ``scaled_dot_product_attention``, ``dropout``; and,
+composed of vram's other ops: ``embedding``, ``one_hot``, ``pad``, ``normalize``,
 ``rms_norm`` and the losses (``mse_loss``, ``l1_loss``, ``nll_loss``, ``cross_entropy``,
 ``binary_cross_entropy_with_logits``)."""
 
@@ -15,6 +16,22 @@ from .. import _dtypes, _factories
 from .._tensor import Tensor
 from ..blas import _checks, addmm, matmul
 from ..ops import _indexing, _math, _random, _reductions, _softmax
+from ..ops._activations import (
+    celu,
+    elu,
+    glu,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    leaky_relu,
+    logsigmoid,
+    mish,
+    relu6,
+    selu,
+    softplus,
+    softsign,
+    threshold,
+)
 from ..ops._layer_norm import layer_norm
 from ._attention import scaled_dot_product_attention
 
@@ -23,6 +40,20 @@ __all__ = [
     "relu",
     "gelu",
     "silu",
+    "relu6",
+    "leaky_relu",
+    "elu",
+    "selu",
+    "celu",
+    "softplus",
+    "hardtanh",
+    "hardswish",
+    "hardsigmoid",
+    "mish",
+    "logsigmoid",
+    "softsign",
+    "threshold",
+    "glu",
     "sigmoid",
     "tanh",
     "softmax",

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .._dtypes import bool_, dtype
+from .._dtypes import bool_, dtype, float32, float64, int64
 from .._tensor import Tensor, dispatch
 from ._iterator import broadcast_shape
 from ._pointwise import (
@@ -25,17 +25,32 @@ from ._pointwise import (
     run,
     unary_operator,
 )
-from ._promotion import kind, result_type
+from ._promotion import get_default_dtype, kind, result_type
 
 __all__ = [
     "BINARY",
     "FUNCTIONS",
+    "ISCLOSE",
+    "LOGIT",
     "UNARY",
     "abs",
+    "acos",
+    "acosh",
     "add",
     "addcdiv",
     "addcmul",
+    "allclose",
+    "arccos",
+    "arccosh",
+    "arcsin",
+    "arcsinh",
+    "arctan",
+    "arctanh",
+    "asin",
+    "asinh",
+    "atan",
     "atan2",
+    "atanh",
     "binary",
     "bitwise_and",
     "bitwise_not",
@@ -43,12 +58,21 @@ __all__ = [
     "bitwise_xor",
     "ceil",
     "clamp",
+    "clamp_max",
+    "clamp_min",
     "clip",
     "copy_",
+    "copysign",
     "cos",
+    "cosh",
+    "deg2rad",
+    "digamma",
     "div",
     "eq",
+    "equal",
     "erf",
+    "erfc",
+    "erfinv",
     "exp",
     "exp2",
     "expm1",
@@ -56,21 +80,29 @@ __all__ = [
     "floor",
     "floor_divide",
     "fmod",
+    "frac",
     "ge",
     "gt",
+    "heaviside",
+    "hypot",
+    "isclose",
     "isfinite",
     "isinf",
     "isnan",
     "le",
     "lerp",
+    "lgamma",
     "log",
     "log10",
     "log1p",
     "log2",
+    "logaddexp",
+    "logaddexp2",
     "logical_and",
     "logical_not",
     "logical_or",
     "logical_xor",
+    "logit",
     "lt",
     "maximum",
     "minimum",
@@ -78,17 +110,23 @@ __all__ = [
     "nan_to_num",
     "ne",
     "neg",
+    "positive",
     "pow",
+    "rad2deg",
     "reciprocal",
     "relu",
     "remainder",
     "round",
     "rsqrt",
     "rsub",
+    "sgn",
     "sigmoid",
     "sign",
     "sin",
+    "sinc",
+    "sinh",
     "sqrt",
+    "square",
     "sub",
     "tan",
     "tanh",
@@ -96,6 +134,7 @@ __all__ = [
     "trunc",
     "unary",
     "where",
+    "xlogy",
 ]
 
 _REAL = frozenset((0, 1, 2))  # bool, integers, floating point
@@ -184,6 +223,120 @@ def _nan_to_num(x: Any, nan: Any, posinf: Any, neginf: Any) -> Any:
     )
 
 
+def _elementwise(function: Any, x: Any) -> np.ndarray:
+    """A Python math function over an array, in float64, back in the array's dtype."""
+    x = np.asarray(x)
+    out = np.frompyfunc(function, 1, 1)(x.astype(np.float64))
+    return np.asarray(out, dtype=np.float64).astype(x.dtype)
+
+
+def _lgamma_one(v: float) -> float:
+    if math.isnan(v):
+        return v
+    if math.isinf(v) or (v <= 0 and v == math.floor(v)):
+        return math.inf  # the poles, as lgamma in C
+    return math.lgamma(v)
+
+
+def _erfinv_one(y: float) -> float:
+    """PyTorch's calc_erfinv: a rational first guess, then two Newton steps."""
+    if math.isnan(y) or math.fabs(y) > 1:
+        return math.nan
+    if math.fabs(y) == 1:
+        return math.copysign(math.inf, y)
+    if math.fabs(y) <= 0.7:
+        z = y * y
+        num = ((-0.140543331 * z + 0.914624893) * z - 1.645349621) * z + 0.886226899
+        dem = (((0.012229801 * z - 0.329097515) * z + 1.442710462) * z - 2.118377725) * z + 1
+        x = y * num / dem
+    else:
+        z = math.sqrt(-math.log((1 - math.fabs(y)) / 2))
+        num = ((1.641345311 * z + 3.429567803) * z - 1.624906493) * z - 1.970840454
+        dem = (1.637067800 * z + 3.543889200) * z + 1
+        x = math.copysign(num, y) / dem
+    for _ in range(2):
+        x -= (math.erf(x) - y) / (2 / math.sqrt(math.pi) * math.exp(-x * x))
+    return x
+
+
+_DIGAMMA_SERIES = (
+    8.33333333333333333333e-2,
+    -2.10927960927960927961e-2,
+    7.57575757575757575758e-3,
+    -4.16666666666666666667e-3,
+    3.96825396825396825397e-3,
+    -8.33333333333333333333e-3,
+    8.33333333333333333333e-2,
+)
+
+
+def _digamma(x: Any) -> np.ndarray:
+    """PyTorch's calc_digamma in the array's dtype (the functor's m_digamma)."""
+    x0 = x = np.asarray(x)
+    t = x.dtype.type
+    pole = (x < 0) & (x == np.trunc(x))
+    negative = (x < 0) & ~pole
+    r = np.modf(x.astype(np.float64))[0]
+    result = np.where(negative, (-np.pi / np.tan(np.pi * r)).astype(x.dtype), t(0))
+    x = np.where(negative, t(1) - x, x)
+    for _ in range(10):  # x > 0 reaches 10 within ten steps
+        below = x < 10
+        result = np.where(below, result - t(1) / x, result)
+        x = np.where(below, x + t(1), x)
+    z = t(1) / (x * x)
+    p = np.zeros_like(x)
+    for a in _DIGAMMA_SERIES:
+        p = p * z + t(a)
+    y = np.where(x < t(1e17), z * p, t(0))
+    value = np.where(
+        x == 10, result + t(2.25175258906672110764), np.log(x) - t(0.5) / x - y + result
+    )
+    value = np.where(pole, t(np.nan), value)
+    return np.where(x0 == 0, np.copysign(t(np.inf), -x0), value)
+
+
+def _sgn(x: Any) -> Any:
+    if np.iscomplexobj(x):
+        magnitude = np.abs(x)
+        return np.where(magnitude == 0, 0, x / np.where(magnitude == 0, 1, magnitude))
+    if np.asarray(x).dtype == np.bool_:
+        return x
+    return (x > 0).astype(np.asarray(x).dtype) - (x < 0).astype(np.asarray(x).dtype)
+
+
+def _sinc(x: Any) -> Any:
+    product = np.asarray(x).dtype.type(np.pi) * x
+    return np.where(x == 0, 1, np.sin(product) / np.where(x == 0, 1, product))
+
+
+def _logit(x: Any, eps: Any) -> Any:
+    if eps >= 0:
+        x = np.where(x < eps, eps, np.where(x > 1 - eps, 1 - eps, x))
+    return np.log(x / (1 - x))
+
+
+def _logaddexp(a: Any, b: Any, exp: Any, scale: float) -> Any:
+    m = np.where(a > b, a, b)
+    value = m + np.log1p(exp(-np.abs(a - b))) * np.asarray(m).dtype.type(scale)
+    return np.where(np.isinf(a) & (a == b), a, value)
+
+
+def _xlogy(x: Any, y: Any) -> Any:
+    return np.where(np.isnan(y), y, np.where(x == 0, 0, x * np.log(y)))
+
+
+def _heaviside(x: Any, values: Any) -> Any:
+    return np.where(x == 0, values, (x > 0).astype(np.asarray(values).dtype))
+
+
+def _isclose(a: Any, b: Any, rtol: Any, atol: Any, equal_nan: Any) -> Any:
+    actual = np.abs(a - b)
+    close = (a == b) | (np.isfinite(actual) & (actual <= atol + np.abs(rtol * b)))
+    if equal_nan:
+        close |= np.isnan(a) & np.isnan(b)
+    return close
+
+
 def _op(name: str, functor: str, arity: int, numpy: Any, **options: Any) -> PointwiseOp:
     return PointwiseOp(name, functor, arity, numpy, **options)
 
@@ -193,7 +346,7 @@ UNARY: dict[str, PointwiseOp] = {
     for op in (
         _op("neg", "Neg", 1, np.negative, kinds=_NUMERIC | {3}, unsupported=_NEG_BOOL),
         _op("abs", "Abs", 1, np.abs, kinds=_NUMERIC),
-        _op("sign", "Sign", 1, np.sign, kinds=_REAL),
+        _op("sign", "Sign", 1, _sgn, kinds=_REAL),
         _op("exp", "Exp", 1, np.exp, rule="float", kinds=_REAL),
         _op("exp2", "Exp2", 1, np.exp2, rule="float", kinds=_REAL),
         _op("expm1", "Expm1", 1, np.expm1, rule="float", kinds=_REAL),
@@ -210,6 +363,42 @@ UNARY: dict[str, PointwiseOp] = {
         _op("tanh", "Tanh", 1, np.tanh, rule="float", kinds=_REAL),
         _op("sigmoid", "Sigmoid", 1, _sigmoid, rule="float", kinds=_REAL),
         _op("erf", "Erf", 1, _erf, rule="float", kinds=_REAL),
+        _op("erfc", "Erfc", 1, lambda x: _elementwise(math.erfc, x), rule="float", kinds=_REAL),
+        _op(
+            "erfinv", "Erfinv", 1, lambda x: _elementwise(_erfinv_one, x), rule="float", kinds=_REAL
+        ),
+        _op(
+            "lgamma", "Lgamma", 1, lambda x: _elementwise(_lgamma_one, x), rule="float", kinds=_REAL
+        ),
+        _op("digamma", "Digamma", 1, _digamma, rule="float", kinds=_REAL),
+        _op("sinh", "Sinh", 1, np.sinh, rule="float", kinds=_REAL),
+        _op("cosh", "Cosh", 1, np.cosh, rule="float", kinds=_REAL),
+        _op("asin", "Asin", 1, np.arcsin, rule="float", kinds=_REAL),
+        _op("acos", "Acos", 1, np.arccos, rule="float", kinds=_REAL),
+        _op("atan", "Atan", 1, np.arctan, rule="float", kinds=_REAL),
+        _op("asinh", "Asinh", 1, np.arcsinh, rule="float", kinds=_REAL),
+        _op("acosh", "Acosh", 1, np.arccosh, rule="float", kinds=_REAL),
+        _op("atanh", "Atanh", 1, np.arctanh, rule="float", kinds=_REAL),
+        _op("sinc", "Sinc", 1, _sinc, rule="float", kinds=_REAL),
+        _op(
+            "deg2rad",
+            "Deg2Rad",
+            1,
+            lambda x: x * x.dtype.type(math.pi / 180),
+            rule="float",
+            kinds=_REAL,
+        ),
+        _op(
+            "rad2deg",
+            "Rad2Deg",
+            1,
+            lambda x: x * x.dtype.type(180 / math.pi),
+            rule="float",
+            kinds=_REAL,
+        ),
+        _op("square", "Square", 1, lambda x: x * x, kinds=_NUMERIC),
+        _op("frac", "Frac", 1, lambda x: x - np.trunc(x), kinds=_FLOAT),
+        _op("sgn", "Sgn", 1, _sgn, kinds=_ALL),
         _op("floor", "Floor", 1, np.floor, kinds=_NUMERIC),
         _op("ceil", "Ceil", 1, np.ceil, kinds=_NUMERIC),
         _op("round", "Round", 1, np.rint, kinds=_NUMERIC),
@@ -242,6 +431,7 @@ UNARY: dict[str, PointwiseOp] = {
 NAN_TO_NUM = _op(
     "nan_to_num", "NanToNum", 1, _nan_to_num, fields=("nan", "posinf", "neginf"), kinds=_REAL
 )
+LOGIT = _op("logit", "Logit", 1, _logit, rule="float", fields=("eps",), kinds=_REAL)
 
 BINARY: dict[str, PointwiseOp] = {
     op.name: op
@@ -282,11 +472,38 @@ BINARY: dict[str, PointwiseOp] = {
         _op("le", "Le", 2, np.less_equal, rule="compare", kinds=_REAL),
         _op("gt", "Gt", 2, np.greater, rule="compare", kinds=_REAL),
         _op("ge", "Ge", 2, np.greater_equal, rule="compare", kinds=_REAL),
+        _op("hypot", "Hypot", 2, np.hypot, kinds=_FLOAT),
+        _op("copysign", "Copysign", 2, np.copysign, rule="float", kinds=_REAL),
+        _op(
+            "logaddexp",
+            "LogAddExp",
+            2,
+            lambda a, b: _logaddexp(a, b, np.exp, 1.0),
+            kinds=_FLOAT,
+        ),
+        _op(
+            "logaddexp2",
+            "LogAddExp2",
+            2,
+            lambda a, b: _logaddexp(a, b, np.exp2, 1.4426950408889634),
+            kinds=_FLOAT,
+        ),
+        _op("xlogy", "Xlogy", 2, _xlogy, rule="float", kinds=_REAL),
+        _op("heaviside", "Heaviside", 2, _heaviside, kinds=_REAL),
         _op("clamp_min", "ClampMin", 2, _clamp_min, kinds=_NUMERIC),
         _op("clamp_max", "ClampMax", 2, _clamp_max, kinds=_NUMERIC),
     )
 }
 
+ISCLOSE = _op(
+    "isclose",
+    "IsClose",
+    2,
+    _isclose,
+    rule="compare",
+    fields=("rtol", "atol", "equal_nan"),
+    kinds=_FLOAT,
+)
 WHERE = _op("where", "Where", 3, lambda c, a, b: np.where(c, a, b), rule="where")
 CLAMP = _op("clamp", "Clamp", 3, _clamp, kinds=_NUMERIC)
 ADDCMUL = _op("addcmul", "Addcmul", 3, lambda x, a, b, v: x + v * a * b, fields=("value",))
@@ -440,6 +657,121 @@ def minimum(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tenso
 
 def atan2(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor:  # noqa: A002
     return run(BINARY["atan2"], (input, other), out=out)
+
+
+def square(input: Tensor, *, out: Tensor | None = None) -> Tensor:  # noqa: A002
+    """torch.square: ``input * input``; bool inputs give int64, as PyTorch's pow(input, 2)."""
+    _tensor_arg("square", "input", input)
+    if input.dtype is bool_:
+        input = input.to(int64)  # noqa: A001
+    return run(UNARY["square"], (input,), out=out)
+
+
+def positive(input: Tensor) -> Tensor:  # noqa: A002
+    """torch.positive: ``input`` itself (bool tensors refused, as PyTorch)."""
+    _tensor_arg("positive", "input", input)
+    if input.dtype is bool_:
+        raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
+    return input
+
+
+def logit(input: Tensor, eps: float | None = None, *, out: Tensor | None = None) -> Tensor:  # noqa: A002
+    """torch.logit: ``log(x / (1 - x))``, ``x`` clamped to [eps, 1 - eps] first unless eps is
+    None."""
+    _tensor_arg("logit", "input", input)
+    if eps is not None and not isinstance(eps, numbers.Real):
+        raise TypeError(f"logit(): argument 'eps' must be a number, not {type(eps).__name__}")
+    return run(LOGIT, (input,), (-1.0 if eps is None else float(eps),), out)
+
+
+def clamp_min(input: Tensor, min: Any, *, out: Tensor | None = None) -> Tensor:  # noqa: A002
+    """torch.clamp_min: ``max(input, min)``, NaN kept (a tensor or a number)."""
+    _tensor_arg("clamp_min", "input", input)
+    return run(BINARY["clamp_min"], (input, min), out=out)
+
+
+def clamp_max(input: Tensor, max: Any, *, out: Tensor | None = None) -> Tensor:  # noqa: A002
+    """torch.clamp_max: ``min(input, max)``, NaN kept (a tensor or a number)."""
+    _tensor_arg("clamp_max", "input", input)
+    return run(BINARY["clamp_max"], (input, max), out=out)
+
+
+def heaviside(input: Tensor, values: Tensor, *, out: Tensor | None = None) -> Tensor:  # noqa: A002
+    """torch.heaviside: ``values`` where ``input`` is zero, else ``input > 0``."""
+    _tensor_arg("heaviside", "input", input)
+    _tensor_arg("heaviside", "values", values)
+    if input.dtype.is_complex or values.dtype.is_complex:
+        raise RuntimeError("heaviside is not yet implemented for complex tensors.")
+    if input.dtype is not values.dtype:
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+    return run(BINARY["heaviside"], (input, values), out=out)
+
+
+def isclose(
+    input: Tensor,  # noqa: A002
+    other: Tensor,
+    rtol: float = 1e-05,
+    atol: float = 1e-08,
+    equal_nan: bool = False,
+) -> Tensor:
+    """torch.isclose: ``|input - other| <= atol + rtol * |other|`` elementwise (equal values,
+    infinities of one sign and, with ``equal_nan``, NaN pairs are close); bool result.
+
+    float32 and float64 are one kernel (the same roundings as PyTorch's composite). The other
+    dtypes take PyTorch's composite op by op: float16 and bfloat16 round each step to their
+    own type, integers subtract in their type (wrapping) and compare with a tolerance in the
+    default float dtype, bool is the default float dtype."""
+    _tensor_arg("isclose", "input", input)
+    _tensor_arg("isclose", "other", other)
+    if input.dtype is not other.dtype:
+        raise RuntimeError(f"{_torch_name(input.dtype)} did not match {_torch_name(other.dtype)}")
+    if input.dtype.is_complex:
+        raise NotImplementedError("isclose: not implemented for complex tensors")
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if not isinstance(value, numbers.Real):
+            raise TypeError(
+                f"isclose(): argument '{name}' must be a number, not {type(value).__name__}"
+            )
+        if value < 0:
+            raise RuntimeError(f"{name} must be greater than or equal to zero, but got {value}")
+    if input.dtype in (float32, float64):
+        return run(ISCLOSE, (input, other), (rtol, atol, 1.0 if equal_nan else 0.0))
+    close = eq(input, other)
+    if equal_nan and input.dtype.is_floating_point:
+        logical_or(close, logical_and(isnan(input), isnan(other)), out=close)
+    if rtol == 0 and atol == 0:
+        return close
+    if input.dtype is bool_:
+        input, other = input.to(get_default_dtype()), other.to(get_default_dtype())  # noqa: A001
+    allowed = abs(mul(other, rtol)).add_(atol)
+    actual = abs(sub(input, other))
+    return logical_or(close, logical_and(isfinite(actual), le(actual, allowed)), out=close)
+
+
+def allclose(
+    input: Tensor,  # noqa: A002
+    other: Tensor,
+    rtol: float = 1e-05,
+    atol: float = 1e-08,
+    equal_nan: bool = False,
+) -> bool:
+    """torch.allclose: every element ``isclose`` (a Python bool: waits for the device)."""
+    return bool(isclose(input, other, rtol, atol, equal_nan).all().item())
+
+
+def equal(input: Tensor, other: Tensor) -> bool:  # noqa: A002
+    """torch.equal: the same shape and equal values (NaN is never equal; dtypes promote as
+    ``==`` does); a Python bool, waiting for the device."""
+    _tensor_arg("equal", "input", input)
+    _tensor_arg("equal", "other", other)
+    if input.device != other.device:
+        raise RuntimeError(
+            "Expected all tensors to be on the same device, but found at least two devices, "
+            f"{input.device} and {other.device}!"
+        )
+    if input._shape != other._shape:
+        return False
+    return bool(eq(input, other).all().item())
 
 
 def where(condition: Tensor, input: Any, other: Any) -> Tensor:  # noqa: A002
@@ -637,10 +969,17 @@ def _unary_function(name: str) -> Any:
     return function
 
 
-def _binary_function(name: str) -> Any:
+def _binary_function(name: str, tensors: tuple[str, ...] = ()) -> Any:
+    """torch.<name>(input, other, *, out=None); ``tensors``: the arguments PyTorch takes
+    only as tensors ("input", "other")."""
     fast = binary_operator(BINARY[name])
+    input_tensor, other_tensor = "input" in tensors, "other" in tensors
 
     def function(input: Any, other: Any, *, out: Tensor | None = None) -> Tensor:  # noqa: A002
+        if input_tensor:
+            _tensor_arg(name, "input", input)
+        if other_tensor:
+            _tensor_arg(name, "other", other)
         if out is None and type(input) is Tensor:
             return fast(input, other)
         return binary(name, input, other, out=out)
@@ -680,6 +1019,23 @@ isnan = _unary_function("isnan")
 isinf = _unary_function("isinf")
 isfinite = _unary_function("isfinite")
 relu = _unary_function("relu")
+erfc = _unary_function("erfc")
+erfinv = _unary_function("erfinv")
+lgamma = _unary_function("lgamma")
+digamma = _unary_function("digamma")
+sinh = _unary_function("sinh")
+cosh = _unary_function("cosh")
+asin = _unary_function("asin")
+acos = _unary_function("acos")
+atan = _unary_function("atan")
+asinh = _unary_function("asinh")
+acosh = _unary_function("acosh")
+atanh = _unary_function("atanh")
+sinc = _unary_function("sinc")
+deg2rad = _unary_function("deg2rad")
+rad2deg = _unary_function("rad2deg")
+frac = _unary_function("frac")
+sgn = _unary_function("sgn")
 
 # and of two operands
 logical_and = _binary_function("logical_and")
@@ -694,6 +1050,11 @@ lt = _binary_function("lt")
 le = _binary_function("le")
 gt = _binary_function("gt")
 ge = _binary_function("ge")
+hypot = _binary_function("hypot", ("input", "other"))
+copysign = _binary_function("copysign", ("input",))
+logaddexp = _binary_function("logaddexp", ("input", "other"))
+logaddexp2 = _binary_function("logaddexp2", ("input", "other"))
+xlogy = _binary_function("xlogy")
 
 FUNCTIONS: dict[str, Any] = {
     "abs": abs,
@@ -757,7 +1118,50 @@ FUNCTIONS: dict[str, Any] = {
     "addcdiv": addcdiv,
     "lerp": lerp,
     "nan_to_num": nan_to_num,
+    "erfc": erfc,
+    "erfinv": erfinv,
+    "lgamma": lgamma,
+    "digamma": digamma,
+    "sinh": sinh,
+    "cosh": cosh,
+    "asin": asin,
+    "acos": acos,
+    "atan": atan,
+    "asinh": asinh,
+    "acosh": acosh,
+    "atanh": atanh,
+    "sinc": sinc,
+    "deg2rad": deg2rad,
+    "rad2deg": rad2deg,
+    "square": square,
+    "frac": frac,
+    "sgn": sgn,
+    "positive": positive,
+    "logit": logit,
+    "clamp_min": clamp_min,
+    "clamp_max": clamp_max,
+    "hypot": hypot,
+    "copysign": copysign,
+    "logaddexp": logaddexp,
+    "logaddexp2": logaddexp2,
+    "xlogy": xlogy,
+    "heaviside": heaviside,
+    "isclose": isclose,
+    "allclose": allclose,
+    "equal": equal,
 }
+
+# torch's other names for some of them
+arcsin, arccos, arctan = asin, acos, atan
+arcsinh, arccosh, arctanh = asinh, acosh, atanh
+FUNCTIONS.update(
+    arcsin=arcsin,
+    arccos=arccos,
+    arctan=arctan,
+    arcsinh=arcsinh,
+    arccosh=arccosh,
+    arctanh=arctanh,
+)
 
 # Tensor methods reach these through the tensor layer's dispatch table.
 dispatch.update(FUNCTIONS)

@@ -27,7 +27,19 @@ from .._device import Device
 from .._factories import empty
 from .._tensor import Tensor
 from . import _attention
-from ._math import ADDCDIV, ADDCMUL, BINARY, CLAMP, LERP, NAN_TO_NUM, UNARY, WHERE
+from ._activations import ACTIVATIONS
+from ._math import (
+    ADDCDIV,
+    ADDCMUL,
+    BINARY,
+    CLAMP,
+    ISCLOSE,
+    LERP,
+    LOGIT,
+    NAN_TO_NUM,
+    UNARY,
+    WHERE,
+)
 from ._pointwise import COPY, FILL, PointwiseOp, plan_for
 from ._promotion import kind
 from ._random import _draw as _random_draw
@@ -70,6 +82,9 @@ def pointwise_instances(
         for op in UNARY.values():
             if wants(op) and kind(dt) in op.kinds:
                 found |= _entries(op, (a,)) | _entries(op, (a[:, ::2],))
+        for op in ACTIVATIONS.values():
+            if wants(op) and kind(dt) in op.kinds:
+                found |= _entries(op, (a,)) | _entries(op, (a[:, ::2],))
         for op in BINARY.values():
             if wants(op) and kind(dt) in op.kinds:
                 for operands in ((a, a), (a, at), (a, number), (number, a)):
@@ -83,6 +98,9 @@ def pointwise_instances(
             (LERP, (a, a, a)),
             (LERP, (a, a, number)),
             (NAN_TO_NUM, (a,)),
+            (LOGIT, (a,)),
+            (ISCLOSE, (a, a)),
+            (ISCLOSE, (a, at)),
         ):
             if wants(op) and kind(dt) in op.kinds:
                 found |= _entries(op, operands)

@@ -127,6 +127,17 @@ VRAM_MATH1(m_ceil, ceilf, ceil)
 VRAM_MATH1(m_trunc, truncf, trunc)
 VRAM_MATH1(m_rint, rintf, rint)
 VRAM_MATH1(m_fabs, fabsf, fabs)
+VRAM_MATH1(m_erfc, erfcf, erfc)
+VRAM_MATH1(m_erfinv, erfinvf, erfinv)
+VRAM_MATH1(m_lgamma, lgammaf, lgamma)
+VRAM_MATH1(m_sinh, sinhf, sinh)
+VRAM_MATH1(m_cosh, coshf, cosh)
+VRAM_MATH1(m_asin, asinf, asin)
+VRAM_MATH1(m_acos, acosf, acos)
+VRAM_MATH1(m_atan, atanf, atan)
+VRAM_MATH1(m_asinh, asinhf, asinh)
+VRAM_MATH1(m_acosh, acoshf, acosh)
+VRAM_MATH1(m_atanh, atanhf, atanh)
 #undef VRAM_MATH1
 __device__ inline float m_pow(float a, float b) { return powf(a, b); }
 __device__ inline double m_pow(double a, double b) { return pow(a, b); }
@@ -136,6 +147,41 @@ __device__ inline float m_atan2(float a, float b) { return atan2f(a, b); }
 __device__ inline double m_atan2(double a, double b) { return atan2(a, b); }
 __device__ inline float m_copysign(float a, float b) { return copysignf(a, b); }
 __device__ inline double m_copysign(double a, double b) { return copysign(a, b); }
+__device__ inline float m_hypot(float a, float b) { return hypotf(a, b); }
+__device__ inline double m_hypot(double a, double b) { return hypot(a, b); }
+
+// PyTorch's calc_digamma (ATen/native/cuda/Math.cuh): the reflection formula below zero,
+// the recurrence up to 10, then the asymptotic series; +-inf at +-0, NaN at the poles.
+template <typename T> __device__ inline T m_digamma(T x) {
+    const double pi = 3.14159265358979323846;
+    const T psi_10 = T(2.25175258906672110764);
+    const T a[] = {T(8.33333333333333333333E-2), T(-2.10927960927960927961E-2),
+                   T(7.57575757575757575758E-3), T(-4.16666666666666666667E-3),
+                   T(3.96825396825396825397E-3), T(-8.33333333333333333333E-3),
+                   T(8.33333333333333333333E-2)};
+    if (x == T(0)) return m_copysign(T(1) / T(0), -x);
+    T result = 0;
+    if (x < T(0)) {
+        if (x == m_trunc(x)) return T(0) / T(0);
+        double whole;
+        const double r = modf(static_cast<double>(x), &whole);
+        result = static_cast<T>(-pi / tan(pi * r));
+        x = T(1) - x;
+    }
+    while (x < T(10)) {
+        result -= T(1) / x;
+        x += T(1);
+    }
+    if (x == T(10)) return result + psi_10;
+    T y = 0;
+    if (x < T(1.0e17)) {
+        const T z = T(1) / (x * x);
+        T p = 0;
+        for (int i = 0; i < 7; ++i) p = p * z + a[i];
+        y = z * p;
+    }
+    return m_log(x) - (T(0.5) / x) - y + result;
+}
 
 template <typename T> __device__ inline bool is_nan(T x) {
     if constexpr (IsFloat<T>::value) return x != x;

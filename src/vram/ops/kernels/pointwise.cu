@@ -126,6 +126,83 @@ VRAM_FUNCTOR(GeluTanh, __device__ C operator()(C x) const {
     return C(0.5) * x * (C(1) + m_tanh(inner));
 })
 
+// ---- unary: the math PyTorch has beyond the above ------------------------------------------
+VRAM_FUNCTOR(Erfc, __device__ C operator()(C x) const { return m_erfc(x); })
+VRAM_FUNCTOR(Erfinv, __device__ C operator()(C x) const { return m_erfinv(x); })
+VRAM_FUNCTOR(Lgamma, __device__ C operator()(C x) const { return m_lgamma(x); })
+VRAM_FUNCTOR(Digamma, __device__ C operator()(C x) const { return m_digamma(x); })
+VRAM_FUNCTOR(Sinh, __device__ C operator()(C x) const { return m_sinh(x); })
+VRAM_FUNCTOR(Cosh, __device__ C operator()(C x) const { return m_cosh(x); })
+VRAM_FUNCTOR(Asin, __device__ C operator()(C x) const { return m_asin(x); })
+VRAM_FUNCTOR(Acos, __device__ C operator()(C x) const { return m_acos(x); })
+VRAM_FUNCTOR(Atan, __device__ C operator()(C x) const { return m_atan(x); })
+VRAM_FUNCTOR(Asinh, __device__ C operator()(C x) const { return m_asinh(x); })
+VRAM_FUNCTOR(Acosh, __device__ C operator()(C x) const { return m_acosh(x); })
+VRAM_FUNCTOR(Atanh, __device__ C operator()(C x) const { return m_atanh(x); })
+VRAM_FUNCTOR(Square, __device__ C operator()(C x) const { return x * x; })
+VRAM_FUNCTOR(Frac, __device__ C operator()(C x) const { return x - m_trunc(x); })
+// sign for real numbers (NaN gives 0, as PyTorch); z / |z| for complex ones (0 at 0)
+VRAM_FUNCTOR(Sgn, __device__ C operator()(C x) const {
+    if constexpr (IsComplex<C>::value) {
+        using R = decltype(C::re);
+        if (x.re == R(0) && x.im == R(0)) return C{R(0), R(0)};
+        const R r = m_hypot(x.re, x.im);
+        return C{x.re / r, x.im / r};
+    } else if constexpr (IsSame<C, bool>::value) {
+        return x;
+    } else {
+        return C((C(0) < x) - (x < C(0)));
+    }
+})
+VRAM_FUNCTOR(Sinc, __device__ C operator()(C x) const {
+    if (x == C(0)) return C(1);
+    const C product = C(3.14159265358979323846) * x;
+    return m_sin(product) / product;
+})
+VRAM_FUNCTOR(Deg2Rad, __device__ C operator()(C x) const { return x * C(0.017453292519943295769); })
+VRAM_FUNCTOR(Rad2Deg, __device__ C operator()(C x) const { return x * C(57.295779513082320876798); })
+// eps < 0 (None in Python): no clamping; else x clamped to [eps, 1 - eps] first
+VRAM_FUNCTOR(Logit, C eps; __device__ C operator()(C x) const {
+    if (eps >= C(0)) {
+        const C hi = C(1) - eps;
+        x = x < eps ? eps : (x > hi ? hi : x);
+    }
+    return m_log(x / (C(1) - x));
+})
+
+// ---- activations (nn.functional), PyTorch's CUDA formulas ------------------------------------
+VRAM_FUNCTOR(Hardtanh, C lo; C hi; __device__ C operator()(C x) const {
+    return x < lo ? lo : (x > hi ? hi : x);
+})
+VRAM_FUNCTOR(LeakyRelu, C slope; __device__ C operator()(C x) const {
+    return x > C(0) ? x : x * slope;
+})
+// elu, selu and celu: alpha, scale and input_scale as PyTorch's elu kernel takes them
+VRAM_FUNCTOR(Elu, C alpha; C scale; C input_scale; __device__ C operator()(C x) const {
+    return x > C(0) ? x * scale : m_expm1(x * input_scale) * (alpha * scale);
+})
+VRAM_FUNCTOR(Softplus, C beta; C threshold; __device__ C operator()(C x) const {
+    return x * beta > threshold ? x : m_log1p(m_exp(x * beta)) / beta;
+})
+VRAM_FUNCTOR(Threshold, C threshold; C value; __device__ C operator()(C x) const {
+    return x <= threshold ? value : x;
+})
+VRAM_FUNCTOR(Hardswish, __device__ C operator()(C x) const {
+    const C t = x + C(3);
+    const C low = t < C(0) ? C(0) : t;
+    return x * (C(6) < low ? C(6) : low) * C(1.0f / 6.0f);
+})
+VRAM_FUNCTOR(Hardsigmoid, __device__ C operator()(C x) const {
+    const C t = x + C(3);
+    const C low = t < C(0) ? C(0) : t;
+    return (C(6) < low ? C(6) : low) * C(1.0f / 6.0f);
+})
+VRAM_FUNCTOR(Mish, __device__ C operator()(C x) const { return x * m_tanh(m_log1p(m_exp(x))); })
+VRAM_FUNCTOR(LogSigmoid, __device__ C operator()(C x) const {
+    const C low = x < C(0) ? x : C(0);
+    return low - m_log1p(m_exp(-m_fabs(x)));
+})
+
 // ---- binary ---------------------------------------------------------------------------------
 VRAM_FUNCTOR(Add, C alpha; __device__ C operator()(C a, C b) const { return a + alpha * b; })
 VRAM_FUNCTOR(Sub, C alpha; __device__ C operator()(C a, C b) const { return a - alpha * b; })
@@ -221,6 +298,35 @@ VRAM_FUNCTOR(Lt, __device__ bool operator()(C a, C b) const { return a < b; })
 VRAM_FUNCTOR(Le, __device__ bool operator()(C a, C b) const { return a <= b; })
 VRAM_FUNCTOR(Gt, __device__ bool operator()(C a, C b) const { return a > b; })
 VRAM_FUNCTOR(Ge, __device__ bool operator()(C a, C b) const { return a >= b; })
+
+VRAM_FUNCTOR(Hypot, __device__ C operator()(C a, C b) const { return m_hypot(a, b); })
+VRAM_FUNCTOR(Copysign, __device__ C operator()(C a, C b) const { return m_copysign(a, b); })
+VRAM_FUNCTOR(LogAddExp, __device__ C operator()(C a, C b) const {
+    if (isinf(a) && a == b) return a;
+    const C m = a > b ? a : b;
+    return m + m_log1p(m_exp(-m_fabs(a - b)));
+})
+VRAM_FUNCTOR(LogAddExp2, __device__ C operator()(C a, C b) const {
+    if (isinf(a) && a == b) return a;
+    const C m = a > b ? a : b;
+    return m + m_log1p(m_exp2(-m_fabs(a - b))) * C(1.4426950408889634);
+})
+VRAM_FUNCTOR(Xlogy, __device__ C operator()(C x, C y) const {
+    if (y != y) return y;
+    if (x == C(0)) return C(0);
+    return x * m_log(y);
+})
+VRAM_FUNCTOR(Heaviside, __device__ C operator()(C x, C values) const {
+    return x == C(0) ? values : C(x > C(0));
+})
+// PyTorch's isclose: equal, or both NaN with equal_nan, or finite |a - b| within
+// atol + |rtol * b| (floating point only; Python runs integers through other ops)
+VRAM_FUNCTOR(IsClose, C rtol; C atol; C equal_nan; __device__ bool operator()(C a, C b) const {
+    if (a == b) return true;
+    if (equal_nan != C(0) && a != a && b != b) return true;
+    const C actual = m_fabs(a - b);
+    return isfinite(actual) && actual <= atol + m_fabs(rtol * b);
+})
 
 // ---- ternary --------------------------------------------------------------------------------
 VRAM_FUNCTOR(Where, __device__ C operator()(C c, C a, C b) const {
