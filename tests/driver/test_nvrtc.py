@@ -87,3 +87,51 @@ def test_arch_for_known_and_unknown_devices():
 def test_headers_are_found():
     (directory,) = _nvrtc.include_dirs()
     assert directory.endswith("include")
+
+
+FILL = ("fill<float>", "fill<double>", "fill<int>")
+
+
+@pytest.fixture
+def disk_cache(tmp_path, monkeypatch):
+    """An empty on-disk kernel cache, and none of this process's compiled programs."""
+    monkeypatch.setenv("VRAM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_nvrtc, "_cache", {})
+    monkeypatch.setattr(_nvrtc, "_batch_images", {})
+    return tmp_path
+
+
+def test_a_batch_is_one_image_that_each_kernel_finds(disk_cache):
+    assert _nvrtc.compile_batch(HALF_KERNELS, "sm_90", FILL) == 3
+    (image,) = disk_cache.glob("*.img")
+    assert image.read_bytes().startswith(ELF_MAGIC)
+    assert len(list(disk_cache.glob("*.bin"))) == 3
+    programs = [compile_program(HALF_KERNELS, "sm_90", (name,)) for name in FILL]
+    assert {p.image_file for p in programs} == {image.name}
+    assert programs[0].image is programs[1].image  # one bytes object for the batch
+    assert programs[2].lowered_names == {"fill<int>": "_Z4fillIiEvPT_S0_i"}
+    assert _nvrtc.compile_batch(HALF_KERNELS, "sm_90", FILL) == 0  # all cached already
+
+
+def test_a_batch_compiles_only_what_the_cache_lacks(disk_cache):
+    compile_program(HALF_KERNELS, "sm_90", ("fill<float>",))
+    assert _nvrtc.compile_batch(HALF_KERNELS, "sm_90", FILL) == 2
+
+
+def test_a_damaged_or_foreign_batch_image_is_compiled_again(disk_cache):
+    _nvrtc.compile_batch(HALF_KERNELS, "sm_90", FILL[:2])
+    (image,) = disk_cache.glob("*.img")
+    image.unlink()
+    _nvrtc._batch_images.clear()
+    program = compile_program(HALF_KERNELS, "sm_90", ("fill<float>",))
+    assert program.image.startswith(ELF_MAGIC) and program.image_file == ""
+    entry = _nvrtc._disk_path(HALF_KERNELS, "sm_90", ("fill<double>",))
+    header, _ = entry.read_bytes().split(b"\n", 1)
+    entry.write_bytes(header.replace(image.name.encode(), b"../../etc/passwd") + b"\n")
+    _nvrtc._cache.clear()
+    assert compile_program(HALF_KERNELS, "sm_90", ("fill<double>",)).image_file == ""
+
+
+def test_without_a_disk_cache_a_batch_does_nothing(monkeypatch):
+    monkeypatch.setenv("VRAM_KERNEL_CACHE", "0")
+    assert _nvrtc.compile_batch(HALF_KERNELS, "sm_90", FILL) == 0

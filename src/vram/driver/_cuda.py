@@ -287,6 +287,7 @@ class CudaDriver(Driver):
         self._streams: dict[int, _Handle] = {}
         self._events: dict[int, _Handle] = {}
         self._kernels: dict[tuple[int, str, str], CudaKernel] = {}
+        self._batch_modules: dict[tuple[int, str], Any] = {}  # (device, batch image) -> module
         self._graphs: dict[int, _Handle] = {}  # captured CUgraphs
         self._graph_execs: dict[int, _Handle] = {}  # instantiated CUgraphExecs
         self._mempools: dict[int, Any] = {}  # device -> its default CUmemoryPool
@@ -693,7 +694,12 @@ class CudaDriver(Driver):
         props = self.properties(device)
         program = compile_program(source, arch_for(props.major, props.minor), (name,))
         self._use(device)
-        module = _check("cuModuleLoadData", cu.cuModuleLoadData(program.image))
+        shared = (device, program.image_file) if program.image_file else None
+        module = self._batch_modules.get(shared) if shared else None  # type: ignore[arg-type]
+        if module is None:
+            module = _check("cuModuleLoadData", cu.cuModuleLoadData(program.image))
+            if shared:
+                module = self._batch_modules.setdefault(shared, module)
         symbol = program.lowered_names[name].encode()
         function = _check("cuModuleGetFunction", cu.cuModuleGetFunction(module, symbol))
         return CudaKernel(name=name, device=device, function=function, module=module)

@@ -21,6 +21,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -53,6 +54,9 @@ class CompiledProgram:
     kind: str  # "cubin" or "ptx"
     arch: str
     lowered_names: dict[str, str] = field(default_factory=dict)  # name expression -> symbol
+    # the on-disk image it shares with the other kernels compiled in the same batch
+    # (compile_batch), or "" for an image of its own: loaders keep one module per batch
+    image_file: str = ""
 
 
 _cache: dict[tuple[str, str, tuple[str, ...]], CompiledProgram] = {}
@@ -221,6 +225,10 @@ def compile_program(
 # turns it off. A file is a JSON line (kind, arch, lowered names) and the image after it; one
 # that cannot be read is compiled again and replaced. Files are written to a temporary name
 # and renamed, so processes that compile the same program at once never see half a file.
+# ``compile_batch`` (for vram.ops.warm) compiles many kernels of one source in one program:
+# their image is written once, as ``<hash of the image>.img``, and each kernel's file holds
+# its lowered name and the image's file name instead of an image; a reader that finds that
+# file missing or misnamed compiles the kernel again, alone.
 
 
 def cache_dir() -> Path | None:
@@ -263,25 +271,87 @@ def _read_disk(path: Path, arch: str, names: tuple[str, ...]) -> CompiledProgram
         header, image = data.split(b"\n", 1)
         meta = json.loads(header)
         lowered = meta["lowered_names"]
+        shared = meta.get("image_file", "")
+        if shared:  # a kernel of a batch: the image is the batch's file beside it
+            if not _BATCH_FILE.fullmatch(shared):
+                return None
+            image = _batch_image(path.parent / shared)
         if meta["arch"] != arch or sorted(lowered) != sorted(names) or not image:
             return None
         if meta["kind"] not in ("cubin", "ptx"):
             return None
-        return CompiledProgram(image=image, kind=meta["kind"], arch=arch, lowered_names=lowered)
-    except (OSError, ValueError, KeyError, TypeError):  # missing or damaged: compile again
+        return CompiledProgram(
+            image=image, kind=meta["kind"], arch=arch, lowered_names=lowered, image_file=shared
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # damaged: compile again
         return None
+
+
+_BATCH_FILE = re.compile(r"[0-9a-f]{40}\.img")
+_batch_images: dict[Path, bytes] = {}  # one bytes object per batch file in this process
+
+
+def _batch_image(path: Path) -> bytes:
+    image = _batch_images.get(path)
+    if image is None:
+        image = path.read_bytes()
+        with _cache_lock:
+            image = _batch_images.setdefault(path, image)
+    return image
 
 
 def _write_disk(path: Path, program: CompiledProgram) -> None:
     meta = {"kind": program.kind, "arch": program.arch, "lowered_names": program.lowered_names}
+    image = program.image
+    if program.image_file:
+        meta["image_file"] = program.image_file
+        image = b""
+    _write_file(path, json.dumps(meta).encode() + b"\n" + image)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all (a temporary file renamed)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
-            f.write(json.dumps(meta).encode() + b"\n" + program.image)
+            f.write(data)
         os.replace(tmp, path)
     except OSError:  # a read-only or full disk: the kernel still runs, compiled each time
         pass
+
+
+def compile_batch(source: str, arch: str, names: tuple[str, ...]) -> int:
+    """Put kernels ``names`` of ``source`` into the on-disk cache in one NVRTC compile (the
+    headers parsed once: several times faster per kernel than one compile each), for
+    ``vram.ops.warm``. The image goes to one file; each kernel's cache entry names it, so
+    ``compile_program(source, arch, (name,))`` finds it, and a loader keeps one module for
+    the batch. Returns how many were compiled (those already cached are left out); without
+    a disk cache, nothing is done. Raises as ``compile_program`` when the source is wrong."""
+    folder = cache_dir()
+    if folder is None:
+        return 0
+    missing = tuple(
+        name
+        for name in dict.fromkeys(names)
+        if _read_disk(_disk_path(source, arch, (name,)), arch, (name,)) is None  # type: ignore[arg-type]
+    )
+    if not missing:
+        return 0
+    compiled = _compile(source, arch, missing)
+    digest = hashlib.sha256(compiled.image).hexdigest()[:40]
+    image_file = f"{digest}.img"
+    _write_file(folder / image_file, compiled.image)
+    for name in missing:
+        entry = CompiledProgram(
+            image=compiled.image,
+            kind=compiled.kind,
+            arch=arch,
+            lowered_names={name: compiled.lowered_names[name]},
+            image_file=image_file,
+        )
+        _write_disk(_disk_path(source, arch, (name,)), entry)  # type: ignore[arg-type]
+    return len(missing)
 
 
 def compile_cuda(source: str, arch: str = "sm_90", name_expressions: tuple[str, ...] = ()) -> bytes:

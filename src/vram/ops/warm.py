@@ -8,6 +8,10 @@ new GPU machine can compile them all first, on every core:
     python -m vram.ops.warm                   # every pointwise instance, for sm_90
     python -m vram.ops.warm --arch sm_80 -j 8 --dtypes float32,bfloat16
 
+Instances of one source are compiled together, up to ``BATCH`` in one NVRTC program (its
+headers parsed once: about 3.5x less time per instance than one program each), into one
+image that each instance's cache entry names (``driver._nvrtc.compile_batch``).
+
 The instances are the ones plans make: each op is planned on the simulated GPU for the
 layouts a plan can take (contiguous and 16-byte vectorized, strided with 32-bit offsets,
 numbers standing for operands), and what the plans would launch is compiled.
@@ -120,22 +124,33 @@ INSTANCES: dict[str, Callable[..., list[Instance]]] = {
 }
 
 _sources: dict[int, str] = {}
+BATCH = 32  # instances compiled in one NVRTC program at most (driver._nvrtc.compile_batch)
 
 
 def _init(sources: list[str]) -> None:
     _sources.update(enumerate(sources))
 
 
-def _compile(job: tuple[int, str, str]) -> str:
-    """ "" when the instance compiled, else what NVRTC said."""
-    from ..driver._nvrtc import compile_program
+def _compile(job: tuple[int, tuple[str, ...], str]) -> list[str]:
+    """Compile a batch of one source's instances into the cache; what NVRTC said of each
+    that did not compile (a batch that fails is compiled one by one, to tell which)."""
+    from ..driver._nvrtc import cache_dir, compile_batch, compile_program
 
-    index, entry, arch = job
-    try:
-        compile_program(_sources[index], arch, (entry,))
-    except Exception as exc:  # reported by ``warm``, the others still compiled
-        return f"{entry}: {exc}"
-    return ""
+    index, names, arch = job
+    source = _sources[index]
+    if cache_dir() is not None and len(names) > 1:
+        try:
+            compile_batch(source, arch, names)
+            return []
+        except Exception:  # some instance is wrong: find which below
+            pass
+    errors = []
+    for name in names:
+        try:
+            compile_program(source, arch, (name,))
+        except Exception as exc:  # reported by ``warm``, the others still compiled
+            errors.append(f"{name}: {exc}")
+    return errors
 
 
 def warm(
@@ -148,21 +163,28 @@ def warm(
     into the kernel cache; returns how many were compiled or found there."""
     sources = sorted({source for source, _ in instances})
     numbers = {source: i for i, source in enumerate(sources)}
-    work = [(numbers[source], entry, arch) for source, entry in instances]
+    entries: dict[str, list[str]] = {}
+    for source, entry in dict.fromkeys(instances):
+        entries.setdefault(source, []).append(entry)
+    workers = jobs or os.cpu_count() or 1
+    work = []  # batches of one source's entries (compile_batch), enough to keep every worker busy
+    for source, names in entries.items():
+        size = max(1, min(BATCH, -(-len(instances) // (4 * workers))))
+        for start in range(0, len(names), size):
+            work.append((numbers[source], tuple(names[start : start + size]), arch))
     done = 0
     failed: list[str] = []
     with ProcessPoolExecutor(
-        max_workers=jobs or os.cpu_count() or 1,
+        max_workers=workers,
         mp_context=multiprocessing.get_context("spawn"),  # a forked CUDA process is unsafe
         initializer=_init,
         initargs=(sources,),
     ) as pool:
-        for error in pool.map(_compile, work, chunksize=4):
-            done += 1
-            if error:
-                failed.append(error)
+        for (_, names, _), errors in zip(work, pool.map(_compile, work), strict=True):
+            done += len(names)
+            failed += errors
             if progress is not None:
-                progress(done, len(work))
+                progress(done, len(instances))
     if failed:
         raise RuntimeError(
             f"{len(failed)} of {len(work)} kernel instances did not compile; the first:\n"
