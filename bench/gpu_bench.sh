@@ -27,6 +27,7 @@ step() {  # step NAME COMMAND...: run with the step's limit, log to $OUT/NAME.tx
     timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1
     echo "== $name: exit $?, $((SECONDS - t0)) s"
     tail -24 "$OUT/$name.txt"
+    tar -C /tmp -cf "$OUT/results.tar" vram-results
 }
 
 step eager python3 bench/eager.py --rounds 9 --calls 1000 --out "$RESULTS"
@@ -47,4 +48,3 @@ if [ -n "${BEFORE:-}" ]; then
 fi
 step decoder python3 bench/eager.py --decoder --out "$RESULTS"
 step reduce python3 bench/eager_reduce.py --sizes 64M --out "$RESULTS"
-tar -C /tmp -cf "$OUT/results.tar" vram-results

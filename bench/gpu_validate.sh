@@ -14,7 +14,8 @@
 #    libraries and the runtime; the allocator's, whose tests read the device's free memory,
 #    in a lane of their own); the fused attention kernel also runs under compute-sanitizer's
 #    memcheck (bench/sanitize/attn_probe.py) at the head of the first lane;
-# 3. the kernel cache packed again into $OUT/kcache.tgz for the next call to carry.
+# 3. the kernel cache packed again into $OUT/kcache.tgz for the next call to carry (not
+#    with PACK_CACHE=0).
 # WARM=0 leaves step 1 out. With PROBE=1 the LU cluster probe (bench/sanitize.sh probe) runs beside the tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -83,4 +84,4 @@ if [ -n "${probe:-}" ]; then
     wait "$probe"
     echo "probe: $((SECONDS - start)) s"; grep -iE "verdict" -A3 "$OUT/probe.txt" | tail -8
 fi
-tar -C .kcache -czf "$OUT/kcache.tgz" .
+[ "${PACK_CACHE:-1}" = 1 ] && tar -C .kcache -czf "$OUT/kcache.tgz" .

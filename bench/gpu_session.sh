@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# A session's GPU work in one device call: the GPU tests (bench/gpu_validate.sh), then the
+# benchmarks (bench/gpu_bench.sh; BEFORE=DIR as there), with every log and JSON result
+# packed into $OUT/all.tar every 15 s and at the end: the device tool brings back at most
+# eight files, and what a call stopped at its limit had written still comes back.
+#
+#   TEST_SECONDS=320 STEP_SECONDS=70 BEFORE=$PWD/.before/src bash bench/gpu_session.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+back=${OUT:-/tmp/vram-out}
+export OUT=/tmp/vram-logs
+mkdir -p "$back" "$OUT" /tmp/vram-results
+pack() {
+    tar -C /tmp -cf "$back/.all.tar" vram-logs vram-results 2>/dev/null \
+        && mv "$back/.all.tar" "$back/all.tar"
+}
+(while sleep 15; do pack; done) &
+packer=$!
+TEST_SECONDS=${TEST_SECONDS:-320} PACK_CACHE=0 bash bench/gpu_validate.sh
+bash bench/gpu_bench.sh
+kill "$packer"
+pack
