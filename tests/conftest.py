@@ -25,6 +25,7 @@ def _fresh_memory_state(monkeypatch, request):
             del _registry._allocators[device]
     sim = vram.sim.driver()
     before = _driver_holdings(sim)
+    kept_before = _kept_by_linalg()
     yield
     gc.collect()  # tensors that died in reference cycles give their memory back now
     vram.sim.clear_faults()
@@ -32,7 +33,7 @@ def _fresh_memory_state(monkeypatch, request):
     sim.deferred_depth = 0
     sim.run()
     leaks = []
-    events_held = _host_events_held()
+    events_held = 0
     for device, allocator in list(_registry._allocators.items()):
         if device.type == "sim":  # what a test left alive (a traced script's globals) goes too
             vram.memory.empty_cache(device)  # idle library workspaces go back first
@@ -48,11 +49,16 @@ def _fresh_memory_state(monkeypatch, request):
             allocator.empty_cache()
             events_held += _events_held(allocator)
     vram.memory.host_empty_cache()
+    events_held += _host_events_held()  # (counted after the cache's events came back)
     for device in range(sim.device_count()):
         sim.set_capacity(device, 16 << 30)
     after = _driver_holdings(sim)
+    linalg_events, linalg_pinned = _kept_by_linalg()
+    events_held += linalg_events - kept_before[0]
     for name, count in after.items():
         allowed = before[name] + (events_held if name == "events" else 0)
+        if name == "pinned host buffers":
+            allowed += linalg_pinned - kept_before[1]
         if count > allowed:
             leaks.append(f"{name}: {before[name]} before the test, {count} after")
     if leaks and LEAK_CHECK and request.node.get_closest_marker("leaks") is None:
@@ -104,6 +110,23 @@ def _events_held(allocator) -> int:
 def _host_events_held() -> int:
     host = vram.memory.host_allocator()
     return sum(len(spare) for spare in host._spare_events.values())
+
+
+def _kept_by_linalg() -> tuple[int, int]:
+    """(events, pinned buffers) this thread's linear algebra keeps for reuse, call after
+    call (vram.linalg._batch's events; _libs.per_thread's pinned arrays, and the zero-pivot
+    flag's)."""
+    from vram.linalg import _batch, _libs
+
+    events = sum(1 + len(done) for _, done in _batch._events.by_device.values())
+    events += sum(len(found) for found in _batch._events.ahead.values())
+    objects = getattr(_libs._threads, "objects", {})
+    pinned = sum(
+        isinstance(found, _libs.PinnedArray)
+        or isinstance(getattr(found, "memory", None), _libs.PinnedArray)
+        for found in objects.values()
+    )
+    return events, pinned
 
 
 @pytest.fixture

@@ -57,6 +57,7 @@ def _release_live_allocations():
     for device, allocator in list(_registry._allocators.items()):
         if device.type != "sim":
             continue
+        vram.memory.empty_cache(device)  # library workspaces leave their registry first
         with allocator.locked():  # (frees what finalizers dropped first)
             live = list(allocator._allocated)
         for ptr in live:
