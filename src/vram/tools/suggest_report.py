@@ -15,10 +15,7 @@ from .suggest import Candidate, Suggestion
 __all__ = ["suggest_lines"]
 
 _SHOWN = (10, 5)  # rows shown by default: PyTorch's settings, vram's
-_TURN_ON = (
-    "from vram.interop import torch as vt; vt.use_vram_allocator() before PyTorch's first "
-    "CUDA tensor"
-)
+_TURN_ON = "from vram.interop import torch as vt; vt.use_vram_allocator()"
 
 
 def _row(c: Candidate, rank: str, result: Suggestion) -> list[str]:
@@ -107,6 +104,35 @@ def _fit_summary(result: Suggestion) -> list[str]:
     ]
 
 
+def _best(result: Suggestion) -> list[str]:
+    """The "best:" paragraph: the PyTorch setting that reserves least (with a capacity: of
+    those that fit), then the lines that ask for it; the recorded settings' own lines when
+    none reserves less."""
+    best, base = result.best, result.baseline
+    if best is not None and base.fits is False:  # the recorded settings ran out of memory
+        text = (
+            f"best: it reserves {format_bytes(best.peak_reserved)} at its peak on that device; "
+            f"{best.change_text}:"
+        )
+        return [*wrap(text), *(f"    {line}" for line in best.how)]
+    if best is not None and best.recovers > 0:
+        share = "" if best.recovers_share is None else f" ({best.recovers_share:.0%} of that)"
+        checked = "" if best.checked else " (a prediction no PyTorch run has checked)"
+        text = (
+            f"best: it reserves {format_bytes(best.peak_reserved)} at its peak, "
+            f"{format_bytes(best.recovers)} less{share}{checked}; {best.change_text}:"
+        )
+        return [*wrap(text), *(f"    {line}" for line in best.how)]
+    if best is None and result.capacity is not None:
+        return wrap(
+            f"best: none; no PyTorch setting tried fits in {format_bytes(result.capacity)}."
+        )
+    return [
+        *wrap("best: the recorded settings; no PyTorch setting tried reserves less. Keep them:"),
+        *(f"    {line}" for line in base.how),
+    ]
+
+
 def suggest_lines(result: Suggestion, show_all: bool = False) -> list[str]:
     """What ``vram replay --suggest`` prints: lines of at most 80 columns, but for the
     settings themselves, which are never wrapped (each on a line of its own, to copy)."""
@@ -114,7 +140,7 @@ def suggest_lines(result: Suggestion, show_all: bool = False) -> list[str]:
     recoverable = max(base.peak_reserved - result.lower_bound, 0)  # type: ignore[operator]
     title = f"settings for {result.trace}, ranked by peak reserved"
     if result.capacity is not None:
-        title += f" on a {format_bytes(result.capacity)} device"
+        title += f" on a device of {format_bytes(result.capacity)}"
     lines = wrap(title)
     lines += wrap(
         f"recorded settings: {base.settings or '(none: PyTorch defaults)'}; they reserve "
@@ -127,19 +153,9 @@ def suggest_lines(result: Suggestion, show_all: bool = False) -> list[str]:
         f"{format_bytes(recoverable)} can be recovered."
     )
     lines.append("")
-    best = result.best
     if result.capacity is not None:
-        lines += _fit_summary(result)
-    elif best is not None and best.recovers > 0:
-        share = "" if best.recovers_share is None else f" ({best.recovers_share:.0%} of that)"
-        checked = "" if best.checked else " (a prediction no PyTorch run has checked)"
-        lines += wrap(
-            f"best: it reserves {format_bytes(best.peak_reserved)} at its peak, "
-            f"{format_bytes(best.recovers)} less{share}{checked}; {best.change_text}:"
-        )
-        lines += [f"    {line}" for line in best.how]
-    else:
-        lines += wrap("best: the recorded settings; no PyTorch setting tried reserves less.")
+        lines += [*_fit_summary(result), ""]
+    lines += _best(result)
     pytorch = [c for c in result.candidates if c.pytorch]
     vram = [c for c in result.candidates if not c.pytorch]
     shown_pytorch, shown_vram = (None, None) if show_all else _SHOWN
@@ -153,10 +169,14 @@ def suggest_lines(result: Suggestion, show_all: bool = False) -> list[str]:
         result,
         vram,
         shown_vram,
-        wrap(
-            f"vram's own options, with vram as PyTorch's allocator ({_TURN_ON}; the settings "
-            "go in VRAM_ALLOC_CONF), best first:"
-        ),
+        [
+            *wrap(
+                "vram's own options need vram as PyTorch's allocator: this line before "
+                "PyTorch's first CUDA tensor, and the settings in VRAM_ALLOC_CONF:"
+            ),
+            f"    {_TURN_ON}",
+            "vram's own options (VRAM_ALLOC_CONF), best first:",
+        ],
     )
     pruned = sum(1 for c in result.candidates if c.pruned)
     legend = (
@@ -178,7 +198,7 @@ def suggest_lines(result: Suggestion, show_all: bool = False) -> list[str]:
     )
     if result.capacity is not None:
         legend += (
-            f" On a {format_bytes(result.capacity)} device every setting runs to its end "
+            f" On a device of {format_bytes(result.capacity)} every setting runs to its end "
             "(none is stopped early) and peaks at what it reserved there; flushes: the "
             "times it gave its cache back and retried to stay within the device, which "
             "costs time."
