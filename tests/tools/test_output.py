@@ -28,6 +28,11 @@ def test_wrap_keeps_a_size_with_its_unit():
     ]
 
 
+def test_a_count_takes_the_noun_that_goes_with_it():
+    assert output.counted(1, "cache flush", "cache flushes") == "1 cache flush"
+    assert output.counted(2, "cache flush", "cache flushes") == "2 cache flushes"
+
+
 class _Terminal(rich.console.Console):
     """A console that is a terminal, writing to a buffer."""
 

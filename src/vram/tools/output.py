@@ -22,6 +22,7 @@ __all__ = [
     "console",
     "fitted",
     "wrap",
+    "counted",
     "progress",
     "quiet",
     "check_output_path",
@@ -85,6 +86,11 @@ def wrap(text: str, indent: str = "", first: str | None = None) -> list[str]:
         break_on_hyphens=False,
     )
     return [line.replace("\u00a0", " ") for line in lines] or [""]
+
+
+def counted(n: int, one: str, many: str) -> str:
+    """``n`` and the noun that goes with it: ``1 cache flush``, ``2 cache flushes``."""
+    return f"{n} {one if n == 1 else many}"
 
 
 @contextmanager

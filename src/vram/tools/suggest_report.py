@@ -9,7 +9,7 @@ how to make vram PyTorch's allocator; a note says how many rows were left out.
 from __future__ import annotations
 
 from .._units import format_bytes
-from .output import wrap
+from .output import counted, wrap
 from .suggest import Candidate, Suggestion
 
 __all__ = ["suggest_lines"]
@@ -40,7 +40,7 @@ def _row(c: Candidate, rank: str, result: Suggestion) -> list[str]:
         if not c.fits:
             fits = "no (OOM)" if not c.pruned else "-"
         else:
-            fits = f"yes, {c.flushes} flushes" if c.flushes else "yes"
+            fits = f"yes, {counted(c.flushes, 'flush', 'flushes')}" if c.flushes else "yes"
         cells += f"  {fits:<15}"
     lines = [f"{cells}  {what}"]
     lines += [f"       {line}" for line in c.how]
@@ -79,7 +79,8 @@ def _fit_summary(result: Suggestion) -> list[str]:
         if at.flushes:
             text = (
                 f"at {cap}: the recorded settings fit, but only by flushing their cache "
-                f"{at.flushes} times (they need {need} at their peak on a device with room; "
+                f"{counted(at.flushes, 'time', 'times')} (they need {need} at their peak on a "
+                "device with room; "
                 f"here they peak at {format_bytes(at.peak_reserved)})."
             )
             clean = [c for c in result.candidates if c.fits and not c.flushes and c.pytorch]
@@ -94,7 +95,9 @@ def _fit_summary(result: Suggestion) -> list[str]:
             f"at {cap}: the recorded settings run out of memory (they need {need}), and no "
             "setting tried makes the run fit: the program needs more memory."
         )
-    flushed = f", after {fix.flushes} cache flushes" if fix.flushes else ""
+    flushed = (
+        f", after {counted(fix.flushes, 'cache flush', 'cache flushes')}" if fix.flushes else ""
+    )
     return [
         *wrap(
             f"at {cap}: the recorded settings run out of memory (they need {need}); this "
