@@ -54,6 +54,7 @@ def script(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.leaks  # the script keeps a block to its end, as a program's live tensor
 def test_trace_writes_the_snapshot_of_the_script(script, tmp_path, capsys):
     out = tmp_path / "out.pickle"
     status = main_trace(["-o", str(out), "--device", "sim:0", "--", "python", str(script), "0"])
@@ -71,6 +72,7 @@ def test_trace_writes_the_snapshot_of_the_script(script, tmp_path, capsys):
     assert row["matches_recorded"] is True
 
 
+@pytest.mark.leaks  # the script keeps a block to its end, as a program's live tensor
 def test_trace_returns_the_exit_status_and_still_writes(script, tmp_path):
     out = tmp_path / "out.pickle"
     assert main_trace(["-o", str(out), "--device", "sim:0", "--", str(script), "3"]) == 3
