@@ -199,10 +199,15 @@ def fit_verdict(result: Suggestion) -> list[str]:
             if at.flushes
             else " without flushing"
         )
-        return wrap(
+        text = (
             f"would the recorded run fit in {cap}: yes, under the recorded settings{flushed} "
             f"(they need {format_bytes(base.peak_reserved)} at their peak on a device with room)."
         )
+        clean = result.fits_without_flushing
+        if not at.flushes or clean is None:
+            return wrap(text)
+        text += f" {clean.settings or 'PyTorch defaults'} fits without flushing:"
+        return [*wrap(text), *(f"    {line}" for line in clean.how)]
     fix = result.makes_it_fit
     if fix is None:
         return wrap(

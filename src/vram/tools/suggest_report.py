@@ -83,10 +83,10 @@ def _fit_summary(result: Suggestion) -> list[str]:
                 "device with room; "
                 f"here they peak at {format_bytes(at.peak_reserved)})."
             )
-            clean = [c for c in result.candidates if c.fits and not c.flushes and c.pytorch]
-            if clean:
-                text += f" {clean[0].settings or 'PyTorch defaults'} fits without flushing:"
-                return [*wrap(text), *(f"    {line}" for line in clean[0].how)]
+            clean = result.fits_without_flushing
+            if clean is not None:
+                text += f" {clean.settings or 'PyTorch defaults'} fits without flushing:"
+                return [*wrap(text), *(f"    {line}" for line in clean.how)]
             return wrap(text)
         return wrap(f"at {cap}: the recorded settings fit (they peak at {need}).")
     fix = result.makes_it_fit
