@@ -390,7 +390,10 @@ def _trace_parser(commands, quiet: argparse.ArgumentParser) -> None:
         help="the snapshot to write (default: vram_snapshot.pickle)",
     )
     trace.add_argument(
-        "--device", default=None, help="the device whose type to record (default: current)"
+        "--device",
+        metavar="DEV",
+        default=None,
+        help="the device whose type to record (default: current)",
     )
     trace.add_argument(
         "--max-entries",

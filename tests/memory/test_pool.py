@@ -98,6 +98,26 @@ def test_stale_heap_entries_are_skipped_and_rebuilt_away():
     assert sorted(found.blocks) == [b.ptr for b in blocks[250:]]
 
 
+def test_a_split_whose_stale_entry_rebuilds_the_heaps_indexes_its_rest():
+    """take() of a block below its heap's top, with a split, when the stale entry it leaves
+    is the one that rebuilds the heaps: the rest is in the new heaps (best fit finds it and
+    it can leave the index). The replay of gpt_train-max_split under expandable segments on
+    a 2.95 GiB device met this."""
+    pool, bump = Pool(is_small=False), Bump()
+    blocks = [bump.segment(pool, 4 * MiB) for _ in range(200)]
+    found = pool.index[7]
+    i = 1
+    while found.stale + 1 <= len(found.blocks) - 1 + 64:  # the next remove keeps the heaps
+        pool.remove(blocks[i])
+        i += 1
+    rest = pool.take(blocks[i], MiB)  # its stale entry is one too many: a rebuild
+    assert found.stale == sum(map(len, found.heaps.values())) - len(found.blocks)
+    assert found.heaps[3 * MiB] == [rest.ptr]
+    assert pool.best_fit(7, 3 * MiB) is rest
+    pool.remove(rest)
+    assert pool.best_fit(7, 3 * MiB) is blocks[0]
+
+
 def test_random_inserts_and_removes_agree_with_a_sorted_reference():
     rng = random.Random(7)
     pool, bump = Pool(is_small=True), Bump()

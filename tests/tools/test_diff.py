@@ -124,3 +124,20 @@ def test_the_page_has_numbered_axes_default_pools_and_no_empty_frame_table(tmp_p
     assert 'text-anchor="middle">event</text>' in text
     result = snapshot_diff(a, a)
     assert {key[0] for key, _, _ in result.segments} == {"default"}
+
+
+def test_an_expandable_segment_counts_once_however_many_pieces_it_mapped(trace):
+    """gpt_train under expandable segments maps 74 pieces into two ranges (one per pool):
+    the diff counts the two segments its snapshot holds, by pool kind."""
+    from vram.tools import load_snapshot
+
+    b = trace("gpt_train-expandable")
+    result = snapshot_diff(trace("gpt_train-default"), b)
+    summary = {m: (x, y) for m, x, y in result.summary}
+    held = load_snapshot(b)["segments"]
+    assert summary["segments at the end"] == (84, len(held)) == (84, 2)
+    assert summary["device mallocs"] == (84, 74)
+    rows = {key[2]: got for key, _, got in result.segments if key[2].endswith("expandable")}
+    large, small = (s for s in sorted(held, key=lambda s: -s["total_size"]))
+    assert rows["large, expandable"][:2] == [1, large["total_size"]]
+    assert rows["small, expandable"][:2] == [1, small["total_size"]]

@@ -81,3 +81,39 @@ def test_capacity_answers_would_it_fit_and_with_which_setting(capsys, trace):
     assert main_explain([path, "--capacity", "300MiB", "--jobs", "1"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "fit in 300.00 MiB: no; none of the" in out
+
+
+def test_an_oom_snapshot_with_a_capacity_is_answered_for_that_capacity(
+    tmp_path, capsys, synthetic_snapshot
+):
+    """--capacity on a snapshot with an OOM replays its history on a device of that size:
+    the verdict names the size, and does not blame memory the trace does not show."""
+    snapshot = synthetic_snapshot(3000)
+    oom = next(e for e in snapshot["device_traces"][0] if e["action"] == "oom")
+    oom["size"] = 64 * MiB  # a request that a device of 8 GiB holds
+    path = tmp_path / "torch.pickle"
+    path.write_bytes(pickle.dumps(snapshot))
+    assert main_explain([str(path), "--capacity", "8GiB", "--jobs", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "the setting that would have avoided it: on a device of 8.00 GiB: none needed: the "
+        "recorded history fits there under its own settings" in out
+    )
+    assert "another process" not in out
+
+
+def test_a_run_that_fits_only_by_flushing_is_told_the_setting_that_needs_none(capsys, trace):
+    """The recorded settings fit 100 MiB below their peak only by giving their cache back;
+    the answer names the PyTorch setting that fits without, with its line to paste."""
+    from vram.tools import suggest_settings
+
+    path = str(trace("cnn_train-default"))
+    need = suggest_settings(path, jobs=1).baseline.peak_reserved
+    capacity = f"{(need >> 20) - 100}MiB"
+    assert main_explain([path, "--capacity", capacity, "--jobs", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("would the recorded run"))
+    text = " ".join(" ".join(lines[at:]).split())
+    assert "yes, under the recorded settings, by flushing its cache" in text
+    assert "expandable_segments:True fits without flushing:" in text
+    assert lines[-1] == "    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"

@@ -18,6 +18,21 @@ def test_wrap_never_splits_a_setting():
     assert lines[1].startswith("  ")
 
 
+def test_wrap_keeps_a_size_with_its_unit():
+    """``8.00 GiB`` is one word to wrap: a line never ends with the number alone."""
+    text = "settings for gpt_train-max_split.pickle.xz, ranked by peak reserved on a 8.00 GiB "
+    lines = output.wrap(text + "device; 3.39 GiB and 512 B")
+    assert lines == [
+        "settings for gpt_train-max_split.pickle.xz, ranked by peak reserved on a",
+        "8.00 GiB device; 3.39 GiB and 512 B",
+    ]
+
+
+def test_a_count_takes_the_noun_that_goes_with_it():
+    assert output.counted(1, "cache flush", "cache flushes") == "1 cache flush"
+    assert output.counted(2, "cache flush", "cache flushes") == "2 cache flushes"
+
+
 class _Terminal(rich.console.Console):
     """A console that is a terminal, writing to a buffer."""
 

@@ -204,10 +204,15 @@ def test_the_best_line_is_a_pytorch_setting_with_the_line_to_paste(trace, name):
     result = _search(trace, name)
     lines = suggest_lines(result)
     at = next(i for i, line in enumerate(lines) if line.startswith("best:"))
+    end = lines.index("", at)  # the best paragraph: its text, then the lines to paste
     best = result.best
     assert best is not None and best.pytorch
-    paste = next(line for line in lines[at:] if _setting_line(line))
-    assert paste.strip() == f"PYTORCH_CUDA_ALLOC_CONF={best.settings}"
+    pastes = [line.strip() for line in lines[at:end] if _setting_line(line)]
+    if best.recovers > 0:
+        assert pastes[0] == f"PYTORCH_CUDA_ALLOC_CONF={best.settings}"
+    else:  # nothing reserves less: keep the recorded settings (a PyTorch setting each time)
+        assert "best: the recorded settings" in lines[at]
+        assert pastes == [f"PYTORCH_CUDA_ALLOC_CONF={result.baseline.settings}"]
     sections = [line for line in lines if line.endswith("best first:")]
     assert sections[0].startswith("PyTorch's settings (PYTORCH_CUDA_ALLOC_CONF)")
     vram_at = next(i for i, line in enumerate(lines) if line.startswith("vram's own options"))
@@ -215,7 +220,8 @@ def test_the_best_line_is_a_pytorch_setting_with_the_line_to_paste(trace, name):
     assert vram_rows and all(
         not line.strip().startswith("PYTORCH_CUDA_ALLOC_CONF=") for line in vram_rows
     )
-    assert "vt.use_vram_allocator()" in " ".join(lines[vram_at : vram_at + 4])
+    turn_on = "    from vram.interop import torch as vt; vt.use_vram_allocator()"
+    assert turn_on in lines[vram_at : vram_at + 4]  # the line to paste, whole
     pytorch_rows = [line for line in lines[:vram_at] if _setting_line(line)]
     assert not any("expandable_page_mb" in line or "record_use" in line for line in pytorch_rows)
 
@@ -262,6 +268,10 @@ def test_what_the_capacity_did_is_said(trace):
     assert result.baseline.fits and result.at_capacity.flushes > 0
     text = " ".join(" ".join(suggest_lines(result)).split())
     assert f"fit, but only by flushing their cache {result.at_capacity.flushes} times" in text
+    lines = suggest_lines(result)
+    at = next(i for i, line in enumerate(lines) if line.startswith("best:"))  # with capacity too
+    assert result.best.fits and result.best.flushes == 0
+    assert f"    PYTORCH_CUDA_ALLOC_CONF={result.best.settings}" in lines[at : lines.index("", at)]
     assert "every setting runs to its end" in text
     gc = [c for c in result.candidates if c.knob == "gc"]  # capped at the whole device
     assert gc and all(

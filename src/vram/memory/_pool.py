@@ -264,6 +264,7 @@ class Pool:
             found.stale += 1
             if found.stale > len(blocks) + 64:
                 found.rebuild()
+                heaps = found.heaps  # (the rebuild made new heaps: the rest goes there)
         if size >= whole:
             found.version += 1
             block.mark = -1

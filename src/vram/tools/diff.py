@@ -13,9 +13,10 @@ before it began included) and compared:
   every frame of their allocation's stack (a frame counts an allocation once): what grew
   and what shrank, largest change first. Frames are named ``function (file:line)``; one
   that only one run has is new or gone;
-- per segment: the segments alive at the end, grouped by pool, stream and kind (small,
-  large, expandable) and, but for expandable ranges, by size: how many, the bytes they
-  reserve and hold, in each run.
+- per segment: the segments alive at the end, grouped by pool, stream and kind (small or
+  large, expandable or not) and, but for expandable ones, by size: how many, the bytes they
+  reserve and hold, in each run. An expandable segment is one however many pieces were
+  mapped into it (the trace's segment_map events), as the snapshot counts it.
 """
 
 from __future__ import annotations
@@ -100,19 +101,21 @@ def _run(source: dict | str | Path, device: int) -> _Run:
     at_peak = _by_frame(view, peak - 1)
     at_end = _by_frame(view, n - 1 if n else -1)
     segments: dict[tuple, list[int]] = {}
-    for s in range(len(view.seg_addr)):
-        if view.seg_end[s] != n:
-            continue
-        kind = (
-            "expandable" if view.seg_expandable[s] else ("large" if view.seg_large[s] else "small")
-        )
-        size = 0 if kind == "expandable" else view.seg_size[s]
+    run_end = None  # where the last expandable piece counted ends, and its key
+    alive = sorted((view.seg_addr[s], s) for s in range(len(view.seg_addr)) if view.seg_end[s] == n)
+    for addr, s in alive:
+        kind = "large" if view.seg_large[s] else "small"
+        if view.seg_expandable[s]:
+            kind += ", expandable"
+        size = 0 if view.seg_expandable[s] else view.seg_size[s]
         pool = _pool(view.pools[view.seg_pool[s]])
         key = (pool, _stream(view.streams[view.seg_stream[s]]), kind, size)
         found = segments.setdefault(key, [0, 0, 0])
-        found[0] += 1
+        # an expandable segment's mapped pieces are one segment while they touch
+        found[0] += 0 if view.seg_expandable[s] and run_end == (addr, key) else 1
         found[1] += view.seg_size[s]
         found[2] += _held(view, s)
+        run_end = (addr + view.seg_size[s], key) if view.seg_expandable[s] else None
     actions = view.actions
     summary = {
         "trace events": n,
@@ -246,7 +249,7 @@ def diff_tables(result: RunDiff, shown: int = _FRAMES_SHOWN) -> list[Any]:
             pool,
             stream,
             kind,
-            "-" if kind == "expandable" else format_bytes(size),
+            "-" if kind.endswith("expandable") else format_bytes(size),
             f"{x[0]} ({format_bytes(x[1])})",
             f"{y[0]} ({format_bytes(y[1])})",
             _change(x[1], y[1]),
@@ -326,7 +329,7 @@ def write_diff_html(result: RunDiff, out: str | Path, shown: int = 40) -> Path:
     )
     segments = "".join(
         f"<tr><td>{e(str(pool))}</td><td>{e(str(stream))}</td><td>{e(kind)}</td>"
-        f"<td>{'-' if kind == 'expandable' else format_bytes(size)}</td>"
+        f"<td>{'-' if kind.endswith('expandable') else format_bytes(size)}</td>"
         f"<td>{x[0]} ({format_bytes(x[1])}, {format_bytes(x[2])} held)</td>"
         f"<td>{y[0]} ({format_bytes(y[1])}, {format_bytes(y[2])} held)</td>"
         f"<td class='{_css(y[1] - x[1])}'>{_change(x[1], y[1])}</td></tr>"

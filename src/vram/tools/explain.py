@@ -34,7 +34,7 @@ from pathlib import Path
 from .._units import format_bytes
 from ..memory import MemoryReport
 from ._snapshot_file import load_snapshot
-from .output import wrap
+from .output import counted, wrap
 from .suggest import Suggestion, suggest_settings
 
 __all__ = [
@@ -153,14 +153,19 @@ def find_setting(
     if limit is None:
         raise ValueError("capacity: the snapshot does not say the device's memory; give one")
     result = suggest_settings(replayed, capacity=limit, jobs=jobs, device=index, progress=progress)
-    report.avoided_by = _verdict(result)
+    report.avoided_by = _verdict(result, capacity is not None)
     fix = result.makes_it_fit
     report.avoided_how = [] if fix is None or result.baseline.fits else fix.how
     return result
 
 
-def _verdict(result: Suggestion) -> str:
+def _verdict(result: Suggestion, given: bool) -> str:
+    """The replay's advice; ``given``: the device's size is the user's ``capacity``, not
+    the memory the process had at the OOM (then the verdict says which size it is for)."""
+    on = f"on a device of {format_bytes(result.capacity)}: " if given else ""
     if result.baseline.fits:
+        if given:
+            return f"{on}none needed: the recorded history fits there under its own settings"
         return (
             "none needed: replayed on a device of that size, the recorded history fits "
             "under its own settings; the OOM came from memory the trace does not show "
@@ -169,14 +174,16 @@ def _verdict(result: Suggestion) -> str:
     fix = result.makes_it_fit
     if fix is None:
         return (
-            f"none of the {result.replays} settings tried fits it: the live memory at the "
+            f"{on}none of the {result.replays} settings tried fits it: the live memory at the "
             f"peak ({format_bytes(result.lower_bound)}, each request rounded to 512 B) needs more "
             "than the device allows"
         )
-    flushed = f", after {fix.flushes} cache flushes" if fix.flushes else ""
+    flushed = (
+        f", after {counted(fix.flushes, 'cache flush', 'cache flushes')}" if fix.flushes else ""
+    )
     checked = "" if fix.checked else "; a prediction no PyTorch run has checked"
     return (
-        f"{fix.settings or 'PyTorch defaults'} (a replay of the recorded history fits: "
+        f"{on}{fix.settings or 'PyTorch defaults'} (a replay of the recorded history fits: "
         f"{format_bytes(fix.peak_reserved)} peak{flushed}{checked}):"
     )
 
@@ -188,19 +195,28 @@ def fit_verdict(result: Suggestion) -> list[str]:
     base, at = result.baseline, result.at_capacity
     if at is not None and not at.oom:
         flushed = (
-            f", by flushing its cache {at.flushes} times" if at.flushes else " without flushing"
+            f", by flushing its cache {counted(at.flushes, 'time', 'times')}"
+            if at.flushes
+            else " without flushing"
         )
-        return wrap(
+        text = (
             f"would the recorded run fit in {cap}: yes, under the recorded settings{flushed} "
             f"(they need {format_bytes(base.peak_reserved)} at their peak on a device with room)."
         )
+        clean = result.fits_without_flushing
+        if not at.flushes or clean is None:
+            return wrap(text)
+        text += f" {clean.settings or 'PyTorch defaults'} fits without flushing:"
+        return [*wrap(text), *(f"    {line}" for line in clean.how)]
     fix = result.makes_it_fit
     if fix is None:
         return wrap(
             f"would the recorded run fit in {cap}: no; none of the {result.replays} settings "
             f"tried fits it (the live memory alone peaks at {format_bytes(result.lower_bound)})."
         )
-    flushed = f", after {fix.flushes} cache flushes" if fix.flushes else ""
+    flushed = (
+        f", after {counted(fix.flushes, 'cache flush', 'cache flushes')}" if fix.flushes else ""
+    )
     checked = "" if fix.checked else "; a prediction no PyTorch run has checked"
     text = (
         f"would the recorded run fit in {cap}: not under the recorded settings (they need "

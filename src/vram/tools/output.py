@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import textwrap
 import threading
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ __all__ = [
     "console",
     "fitted",
     "wrap",
+    "counted",
     "progress",
     "quiet",
     "check_output_path",
@@ -29,6 +31,7 @@ __all__ = [
 
 _WIDE = 120  # columns of output that is not a terminal (a file, a pipe), unless COLUMNS says
 _TEXT = 80  # columns of the tools' wrapped text
+_SIZE = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB)\b")  # a size and its unit: one word to wrap
 _SHOW_AFTER = 2.0  # seconds of work before a progress bar appears
 _quiet = 0  # > 0 inside quiet(): no progress bars
 _timer = threading.Timer  # what shows a progress bar once the work has run _SHOW_AFTER
@@ -71,16 +74,23 @@ def fitted(table: Any, width: int) -> Any:
 
 def wrap(text: str, indent: str = "", first: str | None = None) -> list[str]:
     """``text`` as lines of at most 80 columns, broken only between words (a setting such
-    as ``garbage_collection_threshold:0.8`` is never split); lines indented by ``indent``
-    (the first by ``first`` when given)."""
-    return textwrap.wrap(
-        text,
+    as ``garbage_collection_threshold:0.8`` is never split, nor a size from its unit:
+    ``8.00 GiB``); lines indented by ``indent`` (the first by ``first`` when given)."""
+    kept = _SIZE.sub("\\1\u00a0\\2", text)  # a no-break space: textwrap breaks at ASCII ones only
+    lines = textwrap.wrap(
+        kept,
         _TEXT,
         initial_indent=indent if first is None else first,
         subsequent_indent=indent,
         break_long_words=False,
         break_on_hyphens=False,
-    ) or [""]
+    )
+    return [line.replace("\u00a0", " ") for line in lines] or [""]
+
+
+def counted(n: int, one: str, many: str) -> str:
+    """``n`` and the noun that goes with it: ``1 cache flush``, ``2 cache flushes``."""
+    return f"{n} {one if n == 1 else many}"
 
 
 @contextmanager

@@ -26,7 +26,7 @@ from .._units import format_bytes
 from ._replay_trace import read_trace
 from ._replayer import Run, replay_config
 from ._snapshot_file import load_snapshot
-from .output import wrap
+from .output import counted, wrap
 
 __all__ = [
     "replay",
@@ -123,7 +123,7 @@ def report_lines(rows: list[dict], title: str) -> list[str]:
         else:
             fits = f"Fits in {format_bytes(row['capacity'])}"
         if row["flushes"]:
-            fits += f", after {row['flushes']} cache flushes"
+            fits += f", after {counted(row['flushes'], 'cache flush', 'cache flushes')}"
         lines += wrap(f"{numbers} {fits}; same segments as the trace: {_recorded(row)}.", "   ")
     lines.append("")
     lines += wrap(

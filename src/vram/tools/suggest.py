@@ -132,6 +132,14 @@ class Suggestion:
         return found[0] if found else None
 
     @property
+    def fits_without_flushing(self) -> Candidate | None:
+        """With a capacity: the PyTorch setting that reserves least of those that fit
+        without giving their cache back (None if none does)."""
+        if self.capacity is None:
+            return None
+        return next((c for c in self.candidates if c.pytorch and c.fits and not c.flushes), None)
+
+    @property
     def makes_it_fit(self) -> Candidate | None:
         """With a capacity: the change that makes the run fit (None if it fits already or
         nothing does): PyTorch's settings before vram's, single knobs before combinations,

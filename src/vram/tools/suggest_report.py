@@ -9,16 +9,13 @@ how to make vram PyTorch's allocator; a note says how many rows were left out.
 from __future__ import annotations
 
 from .._units import format_bytes
-from .output import wrap
+from .output import counted, wrap
 from .suggest import Candidate, Suggestion
 
 __all__ = ["suggest_lines"]
 
 _SHOWN = (10, 5)  # rows shown by default: PyTorch's settings, vram's
-_TURN_ON = (
-    "from vram.interop import torch as vt; vt.use_vram_allocator() before PyTorch's first "
-    "CUDA tensor"
-)
+_TURN_ON = "from vram.interop import torch as vt; vt.use_vram_allocator()"
 
 
 def _row(c: Candidate, rank: str, result: Suggestion) -> list[str]:
@@ -43,7 +40,7 @@ def _row(c: Candidate, rank: str, result: Suggestion) -> list[str]:
         if not c.fits:
             fits = "no (OOM)" if not c.pruned else "-"
         else:
-            fits = f"yes, {c.flushes} flushes" if c.flushes else "yes"
+            fits = f"yes, {counted(c.flushes, 'flush', 'flushes')}" if c.flushes else "yes"
         cells += f"  {fits:<15}"
     lines = [f"{cells}  {what}"]
     lines += [f"       {line}" for line in c.how]
@@ -82,13 +79,14 @@ def _fit_summary(result: Suggestion) -> list[str]:
         if at.flushes:
             text = (
                 f"at {cap}: the recorded settings fit, but only by flushing their cache "
-                f"{at.flushes} times (they need {need} at their peak on a device with room; "
+                f"{counted(at.flushes, 'time', 'times')} (they need {need} at their peak on a "
+                "device with room; "
                 f"here they peak at {format_bytes(at.peak_reserved)})."
             )
-            clean = [c for c in result.candidates if c.fits and not c.flushes and c.pytorch]
-            if clean:
-                text += f" {clean[0].settings or 'PyTorch defaults'} fits without flushing:"
-                return [*wrap(text), *(f"    {line}" for line in clean[0].how)]
+            clean = result.fits_without_flushing
+            if clean is not None:
+                text += f" {clean.settings or 'PyTorch defaults'} fits without flushing:"
+                return [*wrap(text), *(f"    {line}" for line in clean.how)]
             return wrap(text)
         return wrap(f"at {cap}: the recorded settings fit (they peak at {need}).")
     fix = result.makes_it_fit
@@ -97,13 +95,44 @@ def _fit_summary(result: Suggestion) -> list[str]:
             f"at {cap}: the recorded settings run out of memory (they need {need}), and no "
             "setting tried makes the run fit: the program needs more memory."
         )
-    flushed = f", after {fix.flushes} cache flushes" if fix.flushes else ""
+    flushed = (
+        f", after {counted(fix.flushes, 'cache flush', 'cache flushes')}" if fix.flushes else ""
+    )
     return [
         *wrap(
             f"at {cap}: the recorded settings run out of memory (they need {need}); this "
             f"makes the run fit ({format_bytes(fix.peak_reserved)} at its peak{flushed}):"
         ),
         *(f"    {line}" for line in fix.how),
+    ]
+
+
+def _best(result: Suggestion) -> list[str]:
+    """The "best:" paragraph: the PyTorch setting that reserves least (with a capacity: of
+    those that fit), then the lines that ask for it; the recorded settings' own lines when
+    none reserves less."""
+    best, base = result.best, result.baseline
+    if best is not None and base.fits is False:  # the recorded settings ran out of memory
+        text = (
+            f"best: it reserves {format_bytes(best.peak_reserved)} at its peak on that device; "
+            f"{best.change_text}:"
+        )
+        return [*wrap(text), *(f"    {line}" for line in best.how)]
+    if best is not None and best.recovers > 0:
+        share = "" if best.recovers_share is None else f" ({best.recovers_share:.0%} of that)"
+        checked = "" if best.checked else " (a prediction no PyTorch run has checked)"
+        text = (
+            f"best: it reserves {format_bytes(best.peak_reserved)} at its peak, "
+            f"{format_bytes(best.recovers)} less{share}{checked}; {best.change_text}:"
+        )
+        return [*wrap(text), *(f"    {line}" for line in best.how)]
+    if best is None and result.capacity is not None:
+        return wrap(
+            f"best: none; no PyTorch setting tried fits in {format_bytes(result.capacity)}."
+        )
+    return [
+        *wrap("best: the recorded settings; no PyTorch setting tried reserves less. Keep them:"),
+        *(f"    {line}" for line in base.how),
     ]
 
 
@@ -114,7 +143,7 @@ def suggest_lines(result: Suggestion, show_all: bool = False) -> list[str]:
     recoverable = max(base.peak_reserved - result.lower_bound, 0)  # type: ignore[operator]
     title = f"settings for {result.trace}, ranked by peak reserved"
     if result.capacity is not None:
-        title += f" on a {format_bytes(result.capacity)} device"
+        title += f" on a device of {format_bytes(result.capacity)}"
     lines = wrap(title)
     lines += wrap(
         f"recorded settings: {base.settings or '(none: PyTorch defaults)'}; they reserve "
@@ -127,19 +156,9 @@ def suggest_lines(result: Suggestion, show_all: bool = False) -> list[str]:
         f"{format_bytes(recoverable)} can be recovered."
     )
     lines.append("")
-    best = result.best
     if result.capacity is not None:
-        lines += _fit_summary(result)
-    elif best is not None and best.recovers > 0:
-        share = "" if best.recovers_share is None else f" ({best.recovers_share:.0%} of that)"
-        checked = "" if best.checked else " (a prediction no PyTorch run has checked)"
-        lines += wrap(
-            f"best: it reserves {format_bytes(best.peak_reserved)} at its peak, "
-            f"{format_bytes(best.recovers)} less{share}{checked}; {best.change_text}:"
-        )
-        lines += [f"    {line}" for line in best.how]
-    else:
-        lines += wrap("best: the recorded settings; no PyTorch setting tried reserves less.")
+        lines += [*_fit_summary(result), ""]
+    lines += _best(result)
     pytorch = [c for c in result.candidates if c.pytorch]
     vram = [c for c in result.candidates if not c.pytorch]
     shown_pytorch, shown_vram = (None, None) if show_all else _SHOWN
@@ -153,10 +172,14 @@ def suggest_lines(result: Suggestion, show_all: bool = False) -> list[str]:
         result,
         vram,
         shown_vram,
-        wrap(
-            f"vram's own options, with vram as PyTorch's allocator ({_TURN_ON}; the settings "
-            "go in VRAM_ALLOC_CONF), best first:"
-        ),
+        [
+            *wrap(
+                "vram's own options need vram as PyTorch's allocator: this line before "
+                "PyTorch's first CUDA tensor, and the settings in VRAM_ALLOC_CONF:"
+            ),
+            f"    {_TURN_ON}",
+            "vram's own options (VRAM_ALLOC_CONF), best first:",
+        ],
     )
     pruned = sum(1 for c in result.candidates if c.pruned)
     legend = (
@@ -178,7 +201,7 @@ def suggest_lines(result: Suggestion, show_all: bool = False) -> list[str]:
     )
     if result.capacity is not None:
         legend += (
-            f" On a {format_bytes(result.capacity)} device every setting runs to its end "
+            f" On a device of {format_bytes(result.capacity)} every setting runs to its end "
             "(none is stopped early) and peaks at what it reserved there; flushes: the "
             "times it gave its cache back and retried to stay within the device, which "
             "costs time."
