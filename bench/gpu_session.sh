@@ -4,6 +4,11 @@
 # packed into $OUT/all.tar every 15 s and at the end: the device tool brings back at most
 # eight files, and what a call stopped at its limit had written still comes back.
 #
+# With AOTI=1, bench/aoti_gpu.sh (issue 33: the AOTInductor export, its torch-free tests and
+# benchmark) runs beside the tests, from $AOTI_DELAY seconds on (default 45: after the
+# kernel cache is warm), for at most $AOTI_SECONDS (default 300), and is waited for before
+# the benchmarks start.
+#
 #   TEST_SECONDS=320 STEP_SECONDS=70 BEFORE=$PWD/.before/src bash bench/gpu_session.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +21,14 @@ pack() {
 }
 (while sleep 15; do pack; done) &
 packer=$!
+if [ "${AOTI:-0}" = 1 ]; then
+    (sleep "${AOTI_DELAY:-45}"
+     timeout "${AOTI_SECONDS:-300}" bash bench/aoti_gpu.sh > "$OUT/aoti-run.txt" 2>&1
+     echo "aoti: exit $?"; cat "$OUT/aoti-run.txt") &
+    aoti=$!
+fi
 TEST_SECONDS=${TEST_SECONDS:-320} PACK_CACHE=0 bash bench/gpu_validate.sh
+[ -n "${aoti:-}" ] && wait "$aoti"
 bash bench/gpu_bench.sh
 kill "$packer"
 pack
