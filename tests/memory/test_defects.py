@@ -447,3 +447,33 @@ def test_a_release_a_capture_forbids_leaves_the_block_in_its_pool(sim0, capacity
     graph.reset()
     allocator.empty_cache()
     assert allocator.total_allocated_memory == 0
+
+
+def test_a_stream_wait_the_driver_refuses_leaves_the_block_in_its_pool(sim0):
+    """malloc splits a block off a free one that carries record_use events and makes the
+    request's stream wait on them; when the driver refuses the wait (a stream of an
+    invalidated capture, whose requests are the default pool's again), the block goes
+    back into its pool as it was, events and all."""
+    allocator, sim = allocator_for(sim0), vram.sim.driver()
+    main, origin = vram.current_stream(), vram.Stream()
+    with vram.sim.deferred():
+        ptr = allocator.malloc(8 * MiB, origin.cuda_stream)
+        sim.enqueue(main.cuda_stream, lambda: None)  # main reads the block
+        allocator.record_use(ptr, main.cuda_stream)
+        allocator.free(ptr)  # a free 20 MiB segment of origin, with main's event
+        graph = _capture(origin)
+        with pytest.raises(vram.CudaError, match="STREAM_CAPTURE_UNSUPPORTED"):
+            allocator.malloc(KiB, main.cuda_stream)  # a cudaMalloc: invalidates the capture
+        with pytest.raises(vram.CudaError, match="ISOLATION"):
+            allocator.malloc(3 * MiB, origin.cuda_stream)
+        with allocator.locked():
+            blocks = allocator.all_blocks()
+            assert [(b.ptr, b.size) for b in blocks] == [(ptr, 20 * MiB)]
+            assert [e.stream for e in blocks[0].use_events] == [main.cuda_stream]
+        stats = allocator.memory_stats()
+        assert (stats["allocated_bytes.all.current"], stats["segment.all.current"]) == (0, 1)
+        with pytest.raises(vram.CudaError, match="INVALIDATED"):
+            _end(graph, origin)
+    graph.reset()
+    allocator.empty_cache()
+    assert allocator.total_allocated_memory == 0

@@ -263,7 +263,11 @@ class DeviceCachingAllocator(FreesDropped):
                 block.requested_size = size
                 ptr = block.ptr
                 if block.use_events is not None:
-                    lifetimes.wait_uses(block, stream)
+                    try:
+                        lifetimes.wait_uses(block, stream)
+                    except BaseException:  # (the driver refused a wait: the block goes back)
+                        pool.give(block)
+                        raise
                 self._allocated[ptr] = block
                 self.stats.alloc(small, whole, size, split_blocks, split_bytes)
                 if self._oversize_rules and whole >= self._max_split:
