@@ -346,3 +346,134 @@ def test_an_empty_cache_on_another_thread_leaves_a_handed_out_workspace_alone(si
     vram.sim.run()
     assert (zeroed[0].numpy() == 0).all()
     del neighbour
+
+
+# ---- issue 34: what the stateful test found with graph capture in its mix ----------------
+def _capture(stream: vram.Stream, mode: str = "global") -> vram.CUDAGraph:
+    graph = vram.CUDAGraph()
+    with vram.stream(stream):
+        graph.capture_begin(capture_error_mode=mode)
+    vram.sim.driver().enqueue(stream.cuda_stream, lambda: None)  # the captured work
+    return graph
+
+
+def _end(graph: vram.CUDAGraph, stream: vram.Stream) -> None:
+    with vram.stream(stream):
+        graph.capture_end()
+
+
+def test_a_use_on_a_stream_that_does_not_capture_outlives_the_capture(sim0):
+    """record_stream during a capture, of a stream that does not capture: its work runs
+    (it is not captured), so the block freed during the capture waits for it afterwards."""
+    allocator, sim = allocator_for(sim0), vram.sim.driver()
+    main, origin, side = vram.current_stream(), vram.Stream(), vram.Stream()
+    with vram.sim.deferred():
+        ptr = allocator.malloc(KiB, main.cuda_stream)
+        graph = _capture(origin)
+        sim.enqueue(side.cuda_stream, lambda: None)  # side's kernel reads the block
+        allocator.record_stream(ptr, side.cuda_stream)
+        allocator.free(ptr)
+        _end(graph, origin)
+        again = allocator.malloc(KiB, main.cuda_stream)
+        assert again != ptr  # side's kernel is still queued
+        allocator.free(again)
+    assert allocator.malloc(KiB, main.cuda_stream) == ptr  # side ran
+    graph.reset()
+
+
+def test_a_use_from_before_the_capture_outlives_the_capture(sim0):
+    """A stream used the block before the capture and again in captured work: the work
+    queued before the capture still holds the block when the capture ends."""
+    allocator, sim = allocator_for(sim0), vram.sim.driver()
+    main, origin = vram.current_stream(), vram.Stream()
+    with vram.sim.deferred():
+        ptr = allocator.malloc(KiB, main.cuda_stream)
+        sim.enqueue(origin.cuda_stream, lambda: None)  # origin reads the block, eagerly
+        allocator.record_stream(ptr, origin.cuda_stream)
+        graph = _capture(origin)
+        allocator.record_stream(ptr, origin.cuda_stream)  # and in the captured work
+        allocator.free(ptr)
+        _end(graph, origin)
+        again = allocator.malloc(KiB, main.cuda_stream)
+        assert again != ptr  # the eager read is still queued
+        allocator.free(again)
+    graph.reset()
+
+
+def test_capture_reuse_waits_for_a_use_from_before_the_capture(sim0):
+    """graph_capture_record_stream_reuse reuses a block inside the capture once its captured
+    uses are joined back; a use from before the capture is not in the graph: the block
+    waits for it as without the option."""
+    vram.memory.set_allocator_settings("graph_capture_record_stream_reuse:True")
+    allocator, sim = allocator_for(sim0), vram.sim.driver()
+    origin, side = vram.Stream(), vram.Stream()
+    with vram.sim.deferred():
+        ptr = allocator.malloc(KiB, origin.cuda_stream)
+        sim.enqueue(side.cuda_stream, lambda: None)  # side reads the block, eagerly
+        allocator.record_stream(ptr, side.cuda_stream)
+        graph = _capture(origin)
+        side.wait_stream(origin)  # side joins the capture...
+        allocator.record_stream(ptr, side.cuda_stream)
+        allocator.free(ptr)
+        origin.wait_stream(side)  # ... and is joined back
+        inside = allocator.malloc(KiB, origin.cuda_stream)  # from the graph's pool
+        _end(graph, origin)
+        after = allocator.malloc(KiB, origin.cuda_stream)
+        assert after != ptr  # side's eager read is still queued
+        for p in (inside, after):
+            allocator.free(p)
+    graph.reset()
+
+
+@pytest.mark.parametrize("conf", ["max_split_size_mb:40", "garbage_collection_threshold:0.4"])
+def test_a_release_a_capture_forbids_leaves_the_block_in_its_pool(sim0, capacity, conf):
+    """Releasing cached memory to grow (an oversize block, or garbage collection) calls
+    cudaFree, which a global capture forbids: the call raises and invalidates the capture,
+    and the block stays free in its pool, given back at the next empty_cache."""
+    vram.memory.set_allocator_settings(conf)
+    capacity(100 * MiB)
+    allocator = allocator_for(sim0)
+    vram.memory.set_per_process_memory_fraction(1.0)
+    main, origin = vram.current_stream(), vram.Stream()
+    ptr = allocator.malloc(50 * MiB, main.cuda_stream)
+    allocator.free(ptr)  # a whole free 50 MiB segment in the default pool
+    graph = _capture(origin)
+    with pytest.raises(vram.CudaError, match="STREAM_CAPTURE_UNSUPPORTED"):
+        allocator.malloc(60 * MiB, main.cuda_stream)  # no room without releasing it
+    with allocator.locked():
+        assert [(b.ptr, b.size) for b in allocator.all_blocks()] == [(ptr, 50 * MiB)]
+    with pytest.raises(vram.CudaError, match="INVALIDATED"):
+        _end(graph, origin)
+    graph.reset()
+    allocator.empty_cache()
+    assert allocator.total_allocated_memory == 0
+
+
+def test_a_stream_wait_the_driver_refuses_leaves_the_block_in_its_pool(sim0):
+    """malloc splits a block off a free one that carries record_use events and makes the
+    request's stream wait on them; when the driver refuses the wait (a stream of an
+    invalidated capture, whose requests are the default pool's again), the block goes
+    back into its pool as it was, events and all."""
+    allocator, sim = allocator_for(sim0), vram.sim.driver()
+    main, origin = vram.current_stream(), vram.Stream()
+    with vram.sim.deferred():
+        ptr = allocator.malloc(8 * MiB, origin.cuda_stream)
+        sim.enqueue(main.cuda_stream, lambda: None)  # main reads the block
+        allocator.record_use(ptr, main.cuda_stream)
+        allocator.free(ptr)  # a free 20 MiB segment of origin, with main's event
+        graph = _capture(origin)
+        with pytest.raises(vram.CudaError, match="STREAM_CAPTURE_UNSUPPORTED"):
+            allocator.malloc(KiB, main.cuda_stream)  # a cudaMalloc: invalidates the capture
+        with pytest.raises(vram.CudaError, match="ISOLATION"):
+            allocator.malloc(3 * MiB, origin.cuda_stream)
+        with allocator.locked():
+            blocks = allocator.all_blocks()
+            assert [(b.ptr, b.size) for b in blocks] == [(ptr, 20 * MiB)]
+            assert [e.stream for e in blocks[0].use_events] == [main.cuda_stream]
+        stats = allocator.memory_stats()
+        assert (stats["allocated_bytes.all.current"], stats["segment.all.current"]) == (0, 1)
+        with pytest.raises(vram.CudaError, match="INVALIDATED"):
+            _end(graph, origin)
+    graph.reset()
+    allocator.empty_cache()
+    assert allocator.total_allocated_memory == 0

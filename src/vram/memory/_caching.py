@@ -263,7 +263,11 @@ class DeviceCachingAllocator(FreesDropped):
                 block.requested_size = size
                 ptr = block.ptr
                 if block.use_events is not None:
-                    lifetimes.wait_uses(block, stream)
+                    try:
+                        lifetimes.wait_uses(block, stream)
+                    except BaseException:  # (the driver refused a wait: the block goes back)
+                        pool.give(block)
+                        raise
                 self._allocated[ptr] = block
                 self.stats.alloc(small, whole, size, split_blocks, split_bytes)
                 if self._oversize_rules and whole >= self._max_split:
@@ -855,11 +859,18 @@ class DeviceCachingAllocator(FreesDropped):
     def _give_back(self, block: Block) -> None:
         """Give a FREE block's memory back to the device through its segment's source: a
         whole segment, or the whole free pages of an expandable one. Waits for the block's
-        record_use events first."""
+        record_use events first. When the source's first driver call fails (cudaFree while
+        a capture forbids it), the block stays FREE in its pool, as it was."""
         if block.use_events:
             self.lifetimes.wait_for_uses(block)
-        block.segment.pool.remove(block)
-        block.segment.source.release(block)
+        pool, age = block.segment.pool, block.gc_age
+        pool.remove(block)
+        try:
+            block.segment.source.release(block)
+        except BaseException:
+            pool.insert(block)
+            block.gc_age = age
+            raise
 
     def _release_pool(self, pool: Pool) -> None:
         """Release every whole free segment of the pool; unmap free expandable pages."""

@@ -15,13 +15,15 @@ the graph's when it replays. So, as in PyTorch:
   empty_cache() runs.
 - No event is queried, recorded or synchronized inside malloc or free while a stream
   captures (the lifetime policy defers record_stream's events until captures end, and
-  record_use falls back to record_stream). Stream uses recorded during a capture are
-  dropped from a block freed during it when its events are finally recorded (PyTorch's
-  remove_graph_stream_uses: that work was captured, it never ran).
+  record_use falls back to record_stream). Stream uses recorded during a capture on a
+  stream that captures, and not before it, are dropped from a block freed during it when
+  its events are finally recorded (PyTorch's remove_graph_stream_uses: that work was
+  captured, it never ran). Unlike PyTorch, a use on a stream that does not capture, or one
+  noted before the capture, is kept: its work runs, and may still be queued.
 - ``graph_capture_record_stream_reuse:True``: a block freed during capture with record_stream
-  uses gets *free markers*, the capture's dependencies of every stream that used it, and is
-  reused within the capture as soon as its stream's next work depends on all of them (a
-  walk of the captured graph, no event).
+  uses, all of them captured, gets *free markers*, the capture's dependencies of every
+  stream that used it, and is reused within the capture as soon as its stream's next work
+  depends on all of them (a walk of the captured graph, no event).
 - The pool grows with device mallocs made in the relaxed capture mode (PyTorch's
   cudaMallocMaybeCapturing; the allocator's own ladder does it): a capture may not forbid
   the allocator its own growth.
@@ -113,7 +115,10 @@ class GraphCapture:
         self.visited: dict[tuple[int, int], set[int]] = {}  # (capture, stream) -> ancestors
 
     def noted(self, block: Block, stream: int) -> None:
-        """record_stream during a capture: ``stream`` used ``block`` in captured work."""
+        """record_stream during a capture: ``stream`` used ``block`` in captured work, when
+        it captures (work queued on a stream that does not capture runs: a use as any)."""
+        if self.driver.stream_capture_info(stream).status == "none":
+            return
         found = self.graph_uses.get(block)
         if found is None:
             self.graph_uses[block] = {stream}
@@ -125,6 +130,10 @@ class GraphCapture:
         its free markers (none, meaning wait for the capture's end, when a stream that used
         it does not capture)."""
         if not self.reuse:
+            return
+        captured = self.graph_uses.get(block, ())
+        if any(stream not in captured for stream in streams):  # a use outside the capture
+            self.markers[block] = ()
             return
         markers: set[int] = set()
         for stream in (block.segment.stream, *streams):

@@ -82,10 +82,13 @@ class Lifetimes:
 
     # ---- record_stream --------------------------------------------------------------------
     def note_stream_use(self, block: Block, stream: int) -> None:
-        """record_stream: ``block`` (allocated) is used on ``stream`` too."""
+        """record_stream: ``block`` (allocated) is used on ``stream`` too. A use noted
+        before stays a use outside captures (its work may still be queued)."""
         found = self.stream_uses.get(block)
         if found is None:
             self.stream_uses[block] = {stream}
+        elif stream in found:
+            return
         else:
             found.add(stream)
         if self.captures and self.capture is not None:
