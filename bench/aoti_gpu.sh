@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/vram-out}
 MODELS=${VRAM_AOTI_MODELS:-/tmp/vram-aoti-models}
 mkdir -p "$OUT" "$MODELS"
-if compgen -G ".whl/*.whl" > /dev/null; then
+if [ -z "${VRAM_WHEELS_DONE:-}" ] && compgen -G ".whl/*.whl" > /dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl || exit 1
 fi

@@ -12,6 +12,7 @@
 #   TEST_SECONDS=320 STEP_SECONDS=70 BEFORE=$PWD/.before/src bash bench/gpu_session.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source bench/_gpu_env.sh || exit 1  # the wheels once, for every script below
 back=${OUT:-/tmp/vram-out}
 export OUT=/tmp/vram-logs
 mkdir -p "$back" "$OUT" /tmp/vram-results
