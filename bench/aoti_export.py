@@ -75,14 +75,15 @@ def check_options(options: dict, log) -> dict:
     import torch
     from torch._inductor import config
 
+    missing = object()  # (an option whose default is None exists all the same)
     found = {}
     for name, value in options.items():
         node = config
         for part in name.split("."):
-            node = getattr(node, part, None)
-            if node is None:
+            node = getattr(node, part, missing)
+            if node is missing:
                 break
-        if node is not None:
+        if node is not missing:
             found[name] = value
         elif name in OPTIONAL:
             print(f"torch {torch.__version__} has no inductor option {name!r}: left out", file=log)

@@ -277,3 +277,34 @@ def test_bad_kernel_arguments_are_refused(drv, stream):
     kernel = drv.compile(DEV, SPIN, "spin")
     with pytest.raises(TypeError, match="NumPy scalar"):
         drv.launch(kernel, (1,), (1,), (1.0,), stream)
+
+
+def test_a_prepared_launch_keeps_its_parameters_alive():
+    """A prepared launcher's array of parameter pointers lives as long as the launcher: its
+    maker's locals are gone and the memory they held is handed out again before it runs
+    (kept by address alone, the driver read freed memory: a segfault or a wrong pointer)."""
+    import ctypes
+    import gc
+
+    from vram.driver._work import Arg, Kernel, Launch
+
+    driver = get_driver("cuda")
+    n = 1000
+    x = driver.malloc(DEV, 4 * n)
+    y = driver.malloc(DEV, 4 * n)
+    try:
+        driver.memcpy_htod(x, np.arange(n, dtype=np.float32), 0)
+        kernel = Kernel("axpy", AXPY, lambda *args: None)
+        params = (Arg("f"), Arg("P"), Arg("f"), Arg("P"), Arg("q"))
+        run = driver.prepare(DEV, Launch(kernel, "axpy", (4, 1, 1), (256, 1, 1), params))
+        gc.collect()
+        churn = [(ctypes.c_uint64 * 8)(*([0xDEAD] * 8)) for _ in range(10_000)]
+        run(0, 2.0, x, 1.0, y, n)
+        out = np.empty(n, np.float32)
+        driver.memcpy_dtoh(out, y, 0)
+        driver.stream_synchronize(0)
+        del churn
+        np.testing.assert_array_equal(out, 2 * np.arange(n, dtype=np.float32) + 1)
+    finally:
+        driver.free(DEV, x)
+        driver.free(DEV, y)

@@ -25,8 +25,9 @@ memory_viz = pytest.importorskip("torch.cuda._memory_viz")
 MiB = 1 << 20
 
 
-def _workload(device) -> None:
-    """Allocations of every kind: small and large pools, a split, frees, a pending free."""
+def _workload(device) -> list[int]:
+    """Allocations of every kind: small and large pools, a split, frees, a pending free;
+    the blocks still live (to free once the snapshot is taken)."""
     held = [vram.memory.caching_allocator_alloc(n, device) for n in (1000, 3 * MiB, 700 * 1024)]
     side = vram.Stream(device)
     big = vram.memory.caching_allocator_alloc(50 * MiB, device)
@@ -35,6 +36,7 @@ def _workload(device) -> None:
     vram.memory.caching_allocator_delete(big)
     held.append(vram.memory.caching_allocator_alloc(8 * MiB, device))
     vram.memory.caching_allocator_delete(held.pop(0))
+    return held
 
 
 @pytest.fixture(params=["cuda:0", "sim:0"])
@@ -44,11 +46,14 @@ def vram_pickle(request, tmp_path):
     # cached segments left by earlier tests would serve the workload without a cudaMalloc
     vram.memory.empty_cache(device)
     _record_memory_history(device=device)
+    held = []
     try:
-        _workload(device)
+        held = _workload(device)
         _dump_snapshot(str(path), device)
     finally:
         _record_memory_history(None)
+        for ptr in held:
+            vram.memory.caching_allocator_delete(ptr)
     with path.open("rb") as f:
         return pickle.load(f)
 

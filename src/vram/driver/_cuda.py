@@ -768,7 +768,10 @@ class CudaDriver(Driver):
             threading.get_ident,
         )
 
-        def run(stream: int, *args: Any) -> None:
+        # ``mine`` is a default value of ``run``'s: the array of pointers at ``address`` lives
+        # as long as the launcher (kept by address alone, it was freed when this returned,
+        # and the driver read freed memory for the kernel's parameters)
+        def run(stream: int, *args: Any, _params: PackedParams = mine) -> None:
             if ident() == owner:
                 pack(buffer, 0, *args)
                 params = address

@@ -187,7 +187,7 @@ def warm(
                 progress(done, len(instances))
     if failed:
         raise RuntimeError(
-            f"{len(failed)} of {len(work)} kernel instances did not compile; the first:\n"
+            f"{len(failed)} of {len(instances)} kernel instances did not compile; the first:\n"
             + failed[0]
         )
     return done

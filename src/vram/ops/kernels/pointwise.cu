@@ -112,8 +112,10 @@ VRAM_FUNCTOR(IsFinite, __device__ bool operator()(C x) const {
 // posinf and neginf are the replacements as the output dtype holds them (Python fills in
 // that dtype's largest and lowest finite values when they are None).
 VRAM_FUNCTOR(NanToNum, C nan; C posinf; C neginf; __device__ C operator()(C x) const {
-    if (x != x) return nan;
-    if (isinf(x)) return x > C(0) ? posinf : neginf;
+    if constexpr (IsFloat<C>::value) {  // integers and bools have no NaN or infinity
+        if (x != x) return nan;
+        if (isinf(x)) return x > C(0) ? posinf : neginf;
+    }
     return x;
 })
 VRAM_FUNCTOR(Relu, __device__ C operator()(C x) const { return x > C(0) ? x : (x != x ? x : C(0)); })
