@@ -35,7 +35,7 @@ traces=/tmp/vram-traces
 mkdir -p "$traces" && cp tests/data/traces/*.pickle.xz "$traces"/
 step trace_ops python3 bench/trace_ops.py --traces "$traces" --repeats 5 \
     --dump-sequences /tmp/sequences.json --out "$RESULTS"
-step alloc python3 bench/alloc.py --repeats 5 --pairs 10000 --out "$RESULTS"
+step alloc python3 bench/alloc.py --repeats 5 --pairs "${ALLOC_PAIRS:-10000}" --out "$RESULTS"
 if [ -n "${BEFORE:-}" ]; then
     for side in after before; do
         src=$PWD/src
@@ -43,7 +43,7 @@ if [ -n "${BEFORE:-}" ]; then
         step "trace_ops-$side" python3 bench/trace_ops.py --vram-src "$src" --label "$side" \
             --only-vram --repeats 5 --sequences /tmp/sequences.json --out "$RESULTS"
         step "alloc-$side" python3 bench/alloc.py --vram-src "$src" --label "$side" \
-            --only-vram --repeats 5 --pairs 10000 --out "$RESULTS"
+            --only-vram --repeats 5 --pairs "${ALLOC_PAIRS:-10000}" --out "$RESULTS"
     done
 fi
 step decoder python3 bench/eager.py --decoder --out "$RESULTS"
