@@ -459,7 +459,7 @@ def test_replay_shows_progress_over_every_entry(tmp_path, monkeypatch):
     seen = []
 
     @contextlib.contextmanager
-    def progress(description, total=1, enabled=True):
+    def progress(description, total=1, enabled=True, prints=False):
         seen.append((description, enabled))
 
         def advance(n=1, total=None):
@@ -475,6 +475,21 @@ def test_replay_shows_progress_over_every_entry(tmp_path, monkeypatch):
     seen.clear()
     assert cli.main(["replay", str(path), "--quiet"]) == 0
     assert seen[0] == ("replaying snap.pickle", False)
+
+
+def test_bench_shows_progress_and_prints_above_it(monkeypatch, capsys):
+    output = importlib.import_module("vram.tools.output")
+    seen = []
+
+    @contextlib.contextmanager
+    def progress(description, total=1, enabled=True, prints=False):
+        seen.append((description, enabled, prints))
+        yield lambda n=1, total=None: None
+
+    monkeypatch.setattr(output, "progress", progress)
+    assert cli.main(["bench", "predictions", "--help"]) == 0
+    assert seen == [("vram bench predictions", True, True)]
+    assert "usage: vram bench predictions" in capsys.readouterr().out
 
 
 def test_tables_fit_80_columns(tmp_path, capsys, monkeypatch):

@@ -231,12 +231,14 @@ def _print(lines: list[str]) -> None:
     print("\n".join(lines))
 
 
-def _progress(options: argparse.Namespace, description: str, total: int = 1) -> Any:
+def _progress(
+    options: argparse.Namespace, description: str, total: int = 1, prints: bool = False
+) -> Any:
     """The progress bar of a long command (``vram.tools.output.progress``): none with
     ``--quiet``."""
     from .tools.output import progress
 
-    return progress(description, total, enabled=not options.quiet)
+    return progress(description, total, enabled=not options.quiet, prints=prints)
 
 
 def _bytes(text: str | None, argument: str) -> int | None:
@@ -574,7 +576,8 @@ def _bench(options: argparse.Namespace) -> int:
             if options.quiet:
                 with quiet():
                     return int(module.main(rest) or 0)
-            return int(module.main(rest) or 0)
+            with _progress(options, f"vram bench {name}", prints=True):
+                return int(module.main(rest) or 0)
         except SystemExit as exc:  # argparse: --help, or bad usage (already printed)
             if isinstance(exc.code, str):
                 _error(exc.code, "bench")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import sys
 import textwrap
 import threading
 from collections.abc import Callable, Iterator
@@ -106,12 +107,14 @@ def quiet() -> Iterator[None]:
 
 @contextmanager
 def progress(
-    description: str, total: int = 1, enabled: bool = True
+    description: str, total: int = 1, enabled: bool = True, prints: bool = False
 ) -> Iterator[Callable[..., None]]:
     """A progress bar on stderr while the block runs, advanced by the function it yields
     (``advance(n)``: n more units done; ``advance(0, total=N)``: the total is N now). Drawn
     only when ``enabled``, stderr is a terminal, outside ``quiet()``, and once the block
-    has run 2 s (a timer starts it, so one long step shows it too); gone when it ends."""
+    has run 2 s (a timer starts it, so one long step shows it too); gone when it ends.
+    ``prints``: the block prints as it goes (a benchmark): when stdout is that terminal too,
+    its lines go above the bar instead of through it."""
     from rich.console import Console
 
     stderr = Console(stderr=True)
@@ -136,7 +139,8 @@ def progress(
         *columns,
         console=stderr,
         transient=True,
-        redirect_stdout=False,  # the results stay on stdout
+        # the results stay on stdout, unless they would be drawn over on the same terminal
+        redirect_stdout=prints and sys.stdout.isatty(),
         redirect_stderr=False,
     )
     task = bar.add_task(description, total=total)
