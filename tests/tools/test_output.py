@@ -80,6 +80,21 @@ def test_progress_shows_only_once_the_work_has_taken_2_s(monkeypatch):
     assert "replaying" in _run(monkeypatch, two_seconds_pass=True)
 
 
+def test_a_progress_inside_another_is_a_line_of_its_bar(monkeypatch):
+    monkeypatch.setattr(rich.console, "Console", _Terminal)
+    monkeypatch.setattr(output, "_timer", _Timer)
+    _Terminal.buffer = io.StringIO()
+    _Timer.made = []
+    with output.progress("vram bench alloc", prints=True):
+        with output.progress("timing pairs", 4) as advance:
+            advance(3)
+            (outer,) = output._bars
+            assert [t.description for t in outer.tasks] == ["vram bench alloc", "timing pairs"]
+            assert outer.tasks[1].completed == 3
+        assert [t.description for t in outer.tasks] == ["vram bench alloc"]
+    assert output._bars == [] and len(_Timer.made) == 1
+
+
 def test_progress_never_shows_when_quiet_or_not_a_terminal(monkeypatch, capsys):
     assert _run(monkeypatch, True, enabled=False) == "" and not _Timer.made
     with output.quiet():

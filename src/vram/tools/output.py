@@ -105,6 +105,9 @@ def quiet() -> Iterator[None]:
         _quiet -= 1
 
 
+_bars: list[Any] = []  # the bars being drawn, the innermost last
+
+
 @contextmanager
 def progress(
     description: str, total: int = 1, enabled: bool = True, prints: bool = False
@@ -120,6 +123,20 @@ def progress(
     stderr = Console(stderr=True)
     if not enabled or _quiet or not stderr.is_terminal or total <= 0:
         yield lambda n=1, total=None: None
+        return
+    if _bars:  # inside another bar's block (a benchmark under `vram bench`): a line of it
+        outer = _bars[-1]
+        inner = outer.add_task(description, total=total)
+
+        def advance_inner(n: int = 1, total: int | None = None) -> None:
+            if total is not None:
+                outer.update(inner, total=total)
+            outer.advance(inner, n)
+
+        try:
+            yield advance_inner
+        finally:
+            outer.remove_task(inner)
         return
     from rich.progress import (
         BarColumn,
@@ -161,9 +178,11 @@ def progress(
     timer = _timer(_SHOW_AFTER, show)
     timer.daemon = True
     timer.start()
+    _bars.append(bar)
     try:
         yield advance
     finally:
+        _bars.remove(bar)
         timer.cancel()
         with lock:
             state["over"] = True
