@@ -298,7 +298,9 @@ class PointwisePlan:
         stream = current_handle(device) if device.type != "cpu" else 0
         final = out
         if out is None or self.writes_temp:
-            out = new_tensor(self.shape, self.out_stride, self.out_dtype, device, self.nbytes)
+            out = new_tensor(
+                self.shape, self.out_stride, self.out_dtype, device, self.nbytes, stream
+            )
         elif self.checks:
             check_overlap(out, tensors)
         if self.numel:

@@ -167,9 +167,10 @@ def warm(
     for source, entry in dict.fromkeys(instances):
         entries.setdefault(source, []).append(entry)
     workers = jobs or os.cpu_count() or 1
-    work = []  # batches of one source's entries (compile_batch), enough to keep every worker busy
+    # batches of one source's entries (compile_batch), enough to keep every worker busy
+    size = max(1, min(BATCH, -(-len(instances) // (4 * workers))))
+    work = []
     for source, names in entries.items():
-        size = max(1, min(BATCH, -(-len(instances) // (4 * workers))))
         for start in range(0, len(names), size):
             work.append((numbers[source], tuple(names[start : start + size]), arch))
     done = 0
