@@ -56,7 +56,11 @@ def representative_calls() -> None:
     vram.cat([f32, f32])
     vram.cat([f32[i : i + 1, :2] for i in range(4)] * 10)
     vram.zeros(2, 3, 4, dtype=vram.int64, device=SIM).tril_()
-    f32.to(vram.complex128).nonzero()
+    wide = f32.to(vram.complex128)  # 16-byte elements, moved as vram::Bits16
+    wide.nonzero()
+    wide.index_select(1, idx)
+    wide.clone()[idx] = 1.0
+    wide.tril()
     f32[f32 > 3]
     vram.linspace(0, 1j, 5, device=SIM)
     vram.logspace(0, 1, 5, dtype=vram.float16, device=SIM)
@@ -74,5 +78,6 @@ def test_the_index_kernels_compile(compile_program, entries):
     assert len(names) >= 15
     names += _WIDE  # 64-bit offsets (iteration spaces past 2**31 elements)
     assert any("uint4" in n for n in names)  # the 16-byte cat
+    assert any("Bits16" in n for n in names)  # complex128's elements
     program = compile_program(source(), "sm_90", names)
     assert set(program.lowered_names) == set(names)

@@ -9,6 +9,11 @@
 
 namespace vram {
 
+// 16 bytes moved as bits (an element of complex128's size in the copies and index kernels).
+struct alignas(16) Bits16 {
+    unsigned long long lo, hi;
+};
+
 struct complex64 {
     float re, im;
 };

@@ -9,10 +9,6 @@
 
 namespace vram {
 
-struct alignas(16) Bits16 {
-    unsigned long long lo, hi;
-};
-
 template <typename E, typename Index>
 __global__ void __launch_bounds__(256)
     copy_tiled(E* __restrict__ out, const E* __restrict__ src, int p, int q, long long tiles,
