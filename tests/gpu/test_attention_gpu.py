@@ -84,7 +84,10 @@ def run_both(qs, ks, vs, dt, mask=None, **options):
         )
     ours = F.scaled_dot_product_attention(q0, k0, v0, m0, **options)
     vram.synchronize()  # a fault of ours is reported as ours, not in PyTorch's next call
-    with sdpa_kernel(REFERENCE_BACKENDS):
+    # PyTorch 2.11's memory-efficient kernel takes a float mask of another dtype than the
+    # query's, then refuses it ("invalid dtype for bias"); its math backend accepts it
+    other_dtype = m1 is not None and m1.is_floating_point() and m1.dtype != q1.dtype
+    with sdpa_kernel([SDPBackend.MATH] if other_dtype else REFERENCE_BACKENDS):
         theirs = torch.nn.functional.scaled_dot_product_attention(q1, k1, v1, m1, **options)
     return ours, theirs
 
