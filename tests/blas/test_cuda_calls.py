@@ -587,3 +587,72 @@ def test_tunableop_state_changes_replace_mm_plans(mm_on_ref):
     tuned = ref.calls[-1]
     assert len(ref.calls) == 2 and tuned == ref.calls[0]
     assert (tuned[0] == "cublas") == (solution == "Default")
+
+
+# ---- addmm's and linear's plans (Note [mm's plans]) -----------------------------------------
+
+BIASES = {  # name -> (bias of the [6, 7] result, its host value broadcast)
+    "row": lambda: rand((7,), 60),
+    "row 2-D": lambda: rand((1, 7), 61),
+    "full": lambda: rand((6, 7), 62),
+    "column": lambda: rand((6, 1), 63),
+    "scalar": lambda: rand((), 64),
+    "strided row": lambda: rand((14,), 65)[::2],
+}
+
+
+@pytest.mark.parametrize("layout", [n for n in LAYOUTS if n == "row-major" or "transposed" in n])
+@pytest.mark.parametrize("bias", list(BIASES))
+@pytest.mark.parametrize(
+    "beta, alpha, activation", [(1, 1, None), (0.5, 2.0, None), (0, 1, None), (1, 1, "relu")]
+)
+def test_a_planned_addmm_is_the_checked_one(mm_on_ref, layout, bias, beta, alpha, activation):
+    """The second call of a problem runs the plan the first (checked) call kept: the same
+    library calls, bit for bit the same result, for new tensors of the same problem."""
+    ref = mm_on_ref
+    a, b = LAYOUTS[layout]()
+    c = BIASES[bias]()
+    want = beta * host(c) + alpha * (host(a) @ host(b)) if beta else alpha * (host(a) @ host(b))
+    want = np.maximum(want, 0) if activation else want
+    first = vram.addmm(c, a, b, beta=beta, alpha=alpha, activation=activation)
+    calls = list(ref.calls)
+    assert len(vram.blas._functions._plans.add) == 1
+    second = vram.addmm(c, a, b, beta=beta, alpha=alpha, activation=activation)
+    expect(first, want)
+    assert np.array_equal(second.numpy(), first.numpy())
+    assert ref.calls[len(calls) :] == calls  # the same library calls again
+    moved = vram.empty_like(c).copy_(c)  # another bias of the same problem
+    expect(vram.addmm(moved, a, b, beta=beta, alpha=alpha, activation=activation), want)
+
+
+def test_linear_plans_fold_leading_dimensions(mm_on_ref):
+    ref = mm_on_ref
+    x, w, bias = rand((2, 3, 5), 70), rand((7, 5), 71), rand((7,), 72)
+    want = host(x) @ host(w).T + host(bias)
+    for _ in range(3):
+        got = vram.nn.functional.linear(x, w, bias)
+        assert got.shape == (2, 3, 7) and got.stride() == (21, 7, 1)
+        expect(got, want)
+    assert len(ref.descs) == 1 and len(vram.blas._functions._plans.add) == 1
+    sliced = rand((2, 3, 10), 73)[..., ::2]  # its rows are a copy: not remembered
+    for _ in range(2):
+        expect(vram.nn.functional.linear(sliced, w, bias), host(sliced) @ host(w).T + host(bias))
+    assert len(vram.blas._functions._plans.add) == 1
+    expect(vram.nn.functional.linear(x, w), host(x) @ host(w).T)  # no bias: matmul's route
+    with pytest.raises(RuntimeError, match="expects 5"):
+        vram.nn.functional.linear(rand((2, 4), 74), w, bias)
+
+
+def test_addmm_plans_follow_settings_and_arguments(mm_on_ref):
+    ref = mm_on_ref
+    a, b, c = rand((6, 5), 80), rand((5, 7), 81), rand((7,), 82)
+    vram.addmm(c, a, b)
+    assert ref.calls[-1][1]["compute"] == _cublas.COMPUTE_TYPES["32F"]
+    vram.backends.cuda.matmul.allow_tf32 = True
+    vram.addmm(c, a, b)
+    assert ref.calls[-1][1]["compute"] == _cublas.COMPUTE_TYPES["32F_FAST_TF32"]
+    with pytest.raises(RuntimeError, match="one dtype"):
+        vram.addmm(c.to(vram.float64), a, b)
+    with pytest.raises(TypeError):
+        vram.addmm(c, a, b, beta="1")
+    expect(vram.addmm(c, a, b, beta=True), host(c) + host(a) @ host(b), rtol=1e-3)

@@ -13,6 +13,11 @@ shape and the plan of each problem that passed the checks once. A repeated call 
 this key, one dict lookup, the current stream, and the plan's call: nothing is checked
 again, no setting is read, no object is made but the key (and the result). An ``out`` that
 shares an operand's storage always takes the full checks.
+
+``addmm`` and ``linear`` keep their problems the same way (with the bias's shape, strides,
+dtype and device, beta, alpha and the activation in the key): a layer's product with its
+bias is then as cheap to queue as ``mm``. ``linear`` keeps only plans that read the operands
+by their pointers, so that a repeated call makes neither the rows view nor ``weight.t()``.
 """
 
 from __future__ import annotations
@@ -24,26 +29,36 @@ from typing import Any
 from .._tensor import Tensor, broadcast_shapes, contiguous_strides, dispatch
 from ..backends import cuda as _backends
 from . import _checks, _tunable
-from ._ops import GEMM_DTYPES, gemm, product_plan
+from ._ops import GEMM_DTYPES, gemm, plan_for, product_plan
 
 __all__ = ["mm", "matmul", "bmm", "addmm", "baddbmm"]
 
 _DTYPES = frozenset(d.name for d in GEMM_DTYPES)
 _MAX_PLANS = 512  # mm problems remembered per thread; the oldest is dropped beyond
 _ALIGN_MASK = 255  # pointer bits below the largest alignment a plan asks about (256 bytes)
+_PLAIN_SCALARS = (int, float)  # beta and alpha of these exact types may be in a key
 
 
 class _Plans(threading.local):
     def __init__(self) -> None:
         self.mm: dict[tuple, tuple[tuple[int, int], Any]] = {}
+        # addmm's and linear's: key -> (result shape, plan, beta, alpha) as checked
+        self.add: dict[tuple, tuple[tuple[int, ...], Any, Any, Any]] = {}
 
 
 _plans = _Plans()
 
 
 def clear_plans() -> None:
-    """Forget this thread's mm problems (see Note [mm's plans])."""
+    """Forget this thread's mm, addmm and linear problems (see Note [mm's plans])."""
     _plans.mm.clear()
+    _plans.add.clear()
+
+
+def _remember(plans: dict, key: tuple, value: tuple) -> None:
+    if len(plans) >= _MAX_PLANS:
+        del plans[next(iter(plans))]
+    plans[key] = value
 
 
 def _result(
@@ -168,10 +183,7 @@ def _checked_mm(input: Any, mat2: Any, out: Any, key: tuple | None) -> Tensor:  
         else:
             pa, pb, po = input.data_ptr(), mat2.data_ptr(), target.data_ptr()
             plan = product_plan(target, input, mat2, pa | pb | po)
-            plans = _plans.mm
-            if len(plans) >= _MAX_PLANS:
-                del plans[next(iter(plans))]
-            plans[key] = (shape, plan)
+            _remember(_plans.mm, key, (shape, plan))
             plan.product(target, input, mat2, pa, pb, po)
     return _finish(target, final)
 
@@ -199,8 +211,105 @@ def addmm(
     """``act(beta * input + alpha * (mat1 @ mat2))`` (torch.addmm; ``activation`` "relu" or
     "gelu" is PyTorch's ``_addmm_activation``, fused into cuBLASLt's epilogue where it can
     be). ``input`` broadcasts to [M, N]; with ``beta == 0`` it is not read."""
+    if out is None:
+        key, pa, pb, pc = _add_key(input, mat1, mat2, beta, alpha, activation)
+        found = _plans.add.get(key)  # type: ignore[arg-type]
+        if found is not None:
+            shape, plan, beta_, alpha_ = found
+            done = _run_planned(shape, plan, input, mat1, mat2, beta_, alpha_, pa, pb)
+            if done is not None:
+                return done
+            key = None
+    else:
+        key = None
     names = ("input", "mat1", "mat2")
-    return _add_product("addmm", names, input, mat1, mat2, beta, alpha, out, 2, activation)
+    return _add_product("addmm", names, input, mat1, mat2, beta, alpha, out, 2, activation, key)
+
+
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
+    """``input @ weight.T + bias`` (torch.nn.functional.linear): ``input`` [*, in_features],
+    ``weight`` [out_features, in_features], ``bias`` [out_features] or None.
+
+    With a bias the product and the bias are one GEMM (addmm, cuBLASLt's BIAS epilogue where
+    it applies): leading dimensions of ``input`` are folded into the rows, as PyTorch does."""
+    key = None
+    if bias is not None:
+        key, pa, pb, _ = _add_key(bias, input, weight, 1, 1, "linear")
+        found = _plans.add.get(key)  # type: ignore[arg-type]
+        if found is not None:
+            shape, plan, beta, alpha = found
+            done = _run_planned(shape, plan, bias, None, None, beta, alpha, pa, pb)
+            if done is not None:
+                return done
+            key = None
+    x = _checks.tensor_arg("linear", "input", input)
+    w = _checks.tensor_arg("linear", "weight", weight)
+    _checks.rank("linear", "weight", w, 2)
+    if x.ndim == 0:
+        raise RuntimeError("linear: 'input' must have at least 1 dimension, got a 0-D tensor")
+    if x.shape[-1] != w.shape[1]:
+        raise RuntimeError(
+            f"linear: 'input' has {x.shape[-1]} features in its last dimension, but 'weight' "
+            f"of shape {tuple(w.shape)} expects {w.shape[1]}"
+        )
+    if bias is None:
+        return matmul(x, w.t())
+    b = _checks.tensor_arg("linear", "bias", bias)
+    rows = x.reshape(-1, x.shape[-1])
+    if rows._storage is not x._storage or rows._offset != x._offset:
+        key = None  # (the rows are a copy: the next call's pointers are not input's)
+    names = ("input", "mat1", "mat2")
+    shape = (*x.shape[:-1], w.shape[0])
+    product = _add_product("addmm", names, b, rows, w.t(), 1, 1, None, 2, None, key, shape)
+    return product.view(shape)
+
+
+def _add_key(
+    bias: Any, a: Any, b: Any, beta: Any, alpha: Any, activation: Any
+) -> tuple[tuple | None, int, int, int]:
+    """(key, a's, b's and the bias's data pointers) of an addmm (or, ``activation``
+    "linear", a linear) problem as Note [mm's plans] keys it; the key None where it cannot
+    be made (anything but tensors, scalars of other types)."""
+    if type(beta) not in _PLAIN_SCALARS or type(alpha) not in _PLAIN_SCALARS:
+        return None, 0, 0, 0
+    try:
+        dt = a.dtype
+        sa, sb, sc = a._storage, b._storage, bias._storage
+        size = dt.np.itemsize
+        pa = sa.ptr + a._offset * size
+        pb = sb.ptr + b._offset * size
+        pc = sc.ptr + bias._offset * bias.dtype.np.itemsize
+        key = (
+            a._shape, a._stride, b._shape, b._stride, bias._shape, bias._stride, dt.name,
+            b.dtype.name, bias.dtype.name, sa.device, sb.device, sc.device,
+            (pa | pb | pc) & _ALIGN_MASK, beta, alpha, activation, _backends.generation,
+            _tunable.state.generation,
+        )  # fmt: skip
+    except AttributeError:
+        return None, 0, 0, 0
+    return key, pa, pb, pc
+
+
+def _run_planned(
+    shape: tuple[int, ...],
+    plan: Any,
+    bias: Tensor,
+    a: Tensor | None,
+    b: Tensor | None,
+    beta: Any,
+    alpha: Any,
+    pa: int,
+    pb: int,
+) -> Tensor | None:
+    """A remembered addmm or linear problem queued into a new result of ``shape``; None
+    where the result is less aligned than the plan may assume (the caller then takes the
+    checked route)."""
+    out = Tensor._empty(shape, bias.dtype, bias._storage.device)
+    po = out._storage.ptr
+    if po & _ALIGN_MASK:
+        return None
+    plan.run(out, a, b, bias, beta, alpha, pa, pb, po)
+    return out
 
 
 def baddbmm(
@@ -229,7 +338,11 @@ def _add_product(
     out: Tensor | None,
     ndim: int,
     activation: str | None,
+    key: tuple | None = None,
+    linear_shape: tuple[int, ...] | None = None,
 ) -> Tensor:
+    """The checked product; with ``key`` (no ``out``), its plan remembered under it for
+    ``addmm`` (or for ``linear``, whose results have ``linear_shape``)."""
     bias = _checks.tensor_arg(op, names[0], bias)
     _check_pair(op, names[1:], a, b, ndim)
     _checks.same_dtype_and_device(op, [(names[1], a), (names[0], bias)])
@@ -243,9 +356,17 @@ def _add_product(
     if final is None and out is not None and _checks.needs_temp(target, [bias]):
         # input overlaps out without being out: read it before out is written
         target, final = Tensor._empty(shape, a.dtype, a.device), out
-    if math.prod(shape):
+    if not math.prod(shape):
+        return _finish(target, final)
+    if key is None or out is not None or not a.shape[-1]:
         gemm(target, a, b, bias, beta, alpha, act)
-    return _finish(target, final)
+        return _finish(target, final)
+    pa, pb, po = a.data_ptr(), b.data_ptr(), target.data_ptr()
+    plan = plan_for(target, a, b, bias, beta, act, -1, pa | pb | po)
+    if linear_shape is None or plan.reads_pointers_only:
+        _remember(_plans.add, key, (linear_shape or shape, plan, beta, alpha))
+    plan.run(target, a, b, bias, beta, alpha, pa, pb, po)
+    return target
 
 
 # ---- matmul -----------------------------------------------------------------------------------

@@ -331,6 +331,8 @@ class _DirectPlan:
 
     __slots__ = ("device", "library", "run_gemm", "copy_bias", "activation", "workspace")
 
+    reads_pointers_only = True  # (run reads a and b by their pointers alone)
+
     def __init__(
         self, spec: GemmSpec, out: Tensor, a: Tensor, b: Tensor, bias: Tensor, mode: int
     ) -> None:
@@ -396,6 +398,8 @@ class _StagedPlan:
     computed into a contiguous tensor and copied into ``out``."""
 
     __slots__ = ("copy_a", "copy_b", "temp", "activation", "algo")
+
+    reads_pointers_only = False  # (run copies or reads a and b as tensors)
 
     def __init__(self, copy_a: bool, copy_b: bool, temp: bool, activation: int, algo: int):
         self.copy_a, self.copy_b, self.temp = copy_a, copy_b, temp
