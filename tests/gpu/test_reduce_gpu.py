@@ -323,8 +323,12 @@ def test_scans_match_torch(dt):
         check(vram.cumsum(ours, dim), torch.cumsum(theirs, dim))
         # PyTorch's CUDA cumprod of bf16 rounds every partial product to bf16 (1.39 where
         # the fp32 product rounds to 1.45 after 40 factors); vram's keeps them in fp32
-        head = theirs[:, :40].float() if dt.is_floating_point else theirs[:, :40]
-        check(vram.cumprod(ours[:, :40], dim), torch.cumprod(head, dim).to(theirs.dtype))
+        head = theirs[:, :40]
+        if dt.is_floating_point:
+            want = torch.cumprod(head.float(), dim).to(head.dtype)
+        else:
+            want = torch.cumprod(head, dim)  # (int64, as PyTorch's integer products)
+        check(vram.cumprod(ours[:, :40], dim), want)
         # along the outer dim PyTorch's CUDA scan accumulates bf16 in bf16 (off by 18 in 300
         # here), vram in fp32 as along rows: the reference scans in fp32 and rounds each sum
         wide = theirs.t().float() if dt.is_floating_point else theirs.t()
