@@ -397,7 +397,10 @@ class Pool:
         absorbed = 0
         prev, nxt = block.prev, block.next
         if prev is not None and prev.state == state:
-            self.remove(prev) if state == FREE else self.remove_unmapped(prev)
+            if state == FREE:
+                self.index[prev.segment.stream].remove(prev)  # (``remove``, one call less)
+            else:
+                self.remove_unmapped(prev)
             block.ptr = prev.ptr
             block.prev = prev.prev
             if block.prev is not None:
@@ -407,7 +410,10 @@ class Pool:
             if prev.use_events:
                 block.use_events = _union(block.use_events, prev.use_events)
         if nxt is not None and nxt.state == state:
-            self.remove(nxt) if state == FREE else self.remove_unmapped(nxt)
+            if state == FREE:
+                self.index[nxt.segment.stream].remove(nxt)
+            else:
+                self.remove_unmapped(nxt)
             block.next = nxt.next
             if block.next is not None:
                 block.next.prev = block
