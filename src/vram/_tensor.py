@@ -269,8 +269,14 @@ class Tensor:
         """A new contiguous tensor with uninitialized contents (pinned host memory if asked)."""
         numel = math.prod(shape)
         if device.type != "cpu" and not pin_memory:  # device memory: the common case first
-            storage = device_storage(numel * dt.itemsize, device)
-            t = object.__new__(cls)  # (``_make``, inline: this runs once per new tensor)
+            nbytes = numel * dt.itemsize
+            if nbytes:  # (``device_storage`` and ``_make``, inline: once per new tensor)
+                allocator = made_allocator(device) or allocator_for(device)
+                ptr = allocator.malloc(nbytes, current_handle(device))
+                storage = Storage(device, ptr, nbytes, None, None, allocator)
+            else:
+                storage = Storage(device, 0, 0, None)
+            t = object.__new__(cls)
             t._storage = storage
             t._shape = shape
             t._stride = contiguous_strides(shape)

@@ -63,12 +63,16 @@ OutOfMemoryError and says why it happened (``register_oom_report``).
 
 Note [The cached path]
 A request served from the cache costs a handful of frames: ``malloc`` (rounding, the pool,
-the split decision, the bookkeeping of the hand-out), ``_find_free_block`` (the find hook,
-best fit, the oversize rules), ``Pool.best_fit`` and ``Pool.take`` (the index, with the
-pool's invariants asserted there) and ``DeviceStats.alloc``; a free, ``_free`` and
-``Pool.give`` and ``DeviceStats.free``. Everything else (routes, expandable segments,
-record_use events, history, the uncached allocator, growing) branches off from there and
-comes back, so no configuration has a path of its own that could decide differently.
+the split decision, the bookkeeping of the hand-out), ``Pool.best_fit`` and ``Pool.take``
+(the index, with the pool's invariants asserted there) and ``DeviceStats.alloc``; a free,
+``_free`` and ``Pool.give`` (which also says how inactive_split changed) and
+``DeviceStats.free``. ``_find_free_block`` decides what best fit's answer is worth (the
+find hook, GC's count, expandable segments, the oversize rules); malloc asks best fit
+itself only with no hook and no GC, and goes to ``_find_free_block`` whenever the answer
+is expandable or over the oversize limit, so the search is decided there. Everything else
+(routes, expandable segments, record_use events, history, the uncached allocator, growing)
+branches off from there and comes back, so no configuration has a path of its own that
+could decide differently.
 tests/memory/test_differential.py replays every bundled trace under every configuration
 against a reference built from the pool's primitives.
 
@@ -248,9 +252,8 @@ class DeviceCachingAllocator(FreesDropped):
             if self._plain_search:  # best fit's answer where _find_free_block would keep it
                 block = pool.best_fit(stream, rounded)
                 if block is not None and (
-                    block.size >= (
-                        self._max_split if rounded < self._max_split else rounded + self._non_split
-                    )
+                    block.size
+                    >= (self._max_split if rounded < self._max_split else rounded + self._non_split)
                     or block.segment.source.expandable
                 ):
                     block = self._find_free_block(pool, rounded, stream)
@@ -802,39 +805,39 @@ class DeviceCachingAllocator(FreesDropped):
         if self._oversize and block in self._oversize:
             self._oversize.remove(block)
             self.stats.oversize_allocations.decrease(1)
+        segment = block.segment
         if self.recorder is not None:
-            self._trace("free_requested", ptr, block.requested_size, block.segment.stream)
+            self._trace("free_requested", ptr, block.requested_size, segment.stream)
+            if not pending:
+                self._trace("free_completed", ptr, block.requested_size, segment.stream)
+                block.context = None
+        size, pool = block.size, segment.pool
         if pending:
             block.state = PENDING
-            self.stats.free_requested(block.segment.pool.is_small, block.size, block.requested_size)
+            self.stats.free_requested(pool.is_small, size, block.requested_size)
             return
-        self._free_block(block, False)
+        # back to its pool, merged with its free neighbours (counted with inactive_split's
+        # net change, as PyTorch counts it)
+        split_blocks, split_bytes = pool.give(block)
+        self.stats.free(pool.is_small, size, block.requested_size, split_blocks, split_bytes)
         if self.no_caching:
             self._give_back(block)
         elif block.use_events:
             lifetimes.prune(block)
 
-    def _free_block(self, block: Block, completes: bool) -> None:
-        """Return a block whose uses are over to its pool, merged with its free neighbours,
-        and count the free (``completes``: of a free already counted as pending) with
-        inactive_split's net change, as PyTorch counts it."""
+    def _free_block(self, block: Block) -> None:
+        """Return a PENDING block whose record_stream events have completed to its pool,
+        merged with its free neighbours, and count the completion (as ``_free`` counts a
+        free)."""
         segment = block.segment
         if self.recorder is not None:
             self._trace("free_completed", block.ptr, block.requested_size, segment.stream)
             block.context = None
-        size = block.size
-        absorbed = segment.pool.give(block)
-        if segment.source.expandable:
-            split_blocks = split_bytes = 0
-        elif block.prev is None and block.next is None:  # a whole segment now
-            split_blocks, split_bytes = -absorbed, size - block.size
-        else:  # it stays split: itself in, its absorbed neighbours out
-            split_blocks, split_bytes = 1 - absorbed, size
-        small = segment.pool.is_small
-        if completes:
-            self.stats.free_completed(small, size, block.requested_size, split_blocks, split_bytes)
-        else:
-            self.stats.free(small, size, block.requested_size, split_blocks, split_bytes)
+        size, pool = block.size, segment.pool
+        split_blocks, split_bytes = pool.give(block)
+        self.stats.free_completed(
+            pool.is_small, size, block.requested_size, split_blocks, split_bytes
+        )
 
     def _wait_before_giving_back(self, block: Block) -> None:
         """The uncached allocator's free: wait for the streams that used the block (as
@@ -849,7 +852,7 @@ class DeviceCachingAllocator(FreesDropped):
     def _free_completed(self) -> None:
         """Return the PENDING blocks whose record_stream events have completed."""
         for block in self.lifetimes.completed():
-            self._free_block(block, True)
+            self._free_block(block)
 
     def _live_block(self, ptr: int, what: str) -> Block:
         block = self._allocated.get(ptr)
@@ -886,7 +889,7 @@ class DeviceCachingAllocator(FreesDropped):
             return
         self.stats.num_sync_all_streams += 1
         for block in self.lifetimes.synchronize():
-            self._free_block(block, True)
+            self._free_block(block)
         self._release_pool(self.large)
         self._release_pool(self.small)
         for pool_id, private in list(self.private_pools.items()):

@@ -294,13 +294,15 @@ class Pool:
         block.mark = found.version
         return rest
 
-    def give(self, block: Block) -> int:
+    def give(self, block: Block) -> tuple[int, int]:
         """A block outside the index, its uses over, becomes FREE: it absorbs its FREE
-        neighbours (``merge``) and enters the index. Returns how many it absorbed.
+        neighbours (``merge``) and enters the index. Returns how that changed the free
+        blocks of split device allocations (PyTorch's inactive_split): (blocks, bytes).
 
         (``merge`` and ``insert`` in one frame when neither neighbour is free, the cached
         path's common case.)
         """
+        size = block.size
         prev, nxt = block.prev, block.next
         if (prev is not None and prev.state == FREE) or (nxt is not None and nxt.state == FREE):
             absorbed = self.merge(block)
@@ -313,7 +315,11 @@ class Pool:
         assert block.ptr not in found.blocks, "FREE blocks enter once"
         found.add(block)
         block.gc_age = self.get_free_blocks_call_count
-        return absorbed
+        if block.segment.source.expandable:  # (pages, not split device allocations)
+            return 0, 0
+        if block.prev is None and block.next is None:  # a whole segment now
+            return -absorbed, size - block.size
+        return 1 - absorbed, size  # it stays split: itself in, its absorbed neighbours out
 
     def best_fit(self, stream: int, size: int) -> Block | None:
         """The first FREE block of ``stream`` in (size, address) order with at least ``size``

@@ -268,9 +268,9 @@ class DeviceStats:
         if requested > freed:
             usage.room_bytes += freed - requested
             self.room_bytes += freed - requested
-        if (usage.room_bytes | self.room_bytes) < 0:
-            _catch_up(usage, usage.peaks, usage.currents())
-            _catch_up(self, self.peaks, self._currents_all())
+            if (usage.room_bytes | self.room_bytes) < 0:
+                _catch_up(usage, usage.peaks, usage.currents())
+                _catch_up(self, self.peaks, self._currents_all())
         if whole:  # the free takes the rest out of inactive_split, the alloc puts it back
             usage.split_blocks_up += 1
             usage.split_bytes_up += rest
