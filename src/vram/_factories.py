@@ -29,9 +29,12 @@ def empty(*size: Any, dtype: Any = None, device: Any = None, pin_memory: bool = 
 
     ``pin_memory=True`` (cpu tensors only) takes page-locked memory from the host allocator.
     """
-    shape = as_shape(size)
-    dt, found = _resolve(dtype, device)
-    return Tensor._empty(shape, dt, found, pin_memory)
+    if len(size) == 1 and type(size[0]) is int and size[0] >= 0:  # (n,): as_shape's answer
+        shape = size
+    else:
+        shape = as_shape(size)
+    dt = float32 if dtype is None else as_dtype(dtype)
+    return Tensor._empty(shape, dt, as_device(device), pin_memory)
 
 
 def zeros(*size: Any, dtype: Any = None, device: Any = None, pin_memory: bool = False) -> Tensor:

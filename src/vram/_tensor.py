@@ -60,7 +60,7 @@ from ._views import (
     view_strides,
     wrap_dim,
 )
-from .memory import Allocation, PinnedAllocation, allocate_pinned, allocator_for
+from .memory import Allocation, PinnedAllocation, allocate_pinned, allocator_for, made_allocator
 
 __all__ = ["Tensor"]
 
@@ -134,7 +134,7 @@ def device_storage(nbytes: int, device: Device, stream: int | None = None) -> St
     tensors laid out by their maker (``Tensor._make``)."""
     if not nbytes:
         return Storage(device, 0, 0, None)
-    allocator = allocator_for(device)
+    allocator = made_allocator(device) or allocator_for(device)
     ptr = allocator.malloc(nbytes, current_handle(device) if stream is None else stream)
     return Storage(device, ptr, nbytes, None, None, allocator)
 
@@ -269,7 +269,22 @@ class Tensor:
         """A new contiguous tensor with uninitialized contents (pinned host memory if asked)."""
         numel = math.prod(shape)
         if device.type != "cpu" and not pin_memory:  # device memory: the common case first
-            storage = device_storage(numel * dt.itemsize, device)
+            nbytes = numel * dt.itemsize
+            if nbytes:  # (``device_storage`` and ``_make``, inline: once per new tensor)
+                allocator = made_allocator(device) or allocator_for(device)
+                ptr = allocator.malloc(nbytes, current_handle(device))
+                storage = Storage(device, ptr, nbytes, None, None, allocator)
+            else:
+                storage = Storage(device, 0, 0, None)
+            t = object.__new__(cls)
+            t._storage = storage
+            t._shape = shape
+            t._stride = contiguous_strides(shape)
+            t._offset = 0
+            t.dtype = dt
+            t.grad = None
+            t._sig = 0
+            return t
         elif device.type == "cpu" and pin_memory:
             pinned = allocate_pinned(numel * dt.itemsize)
             host = host_bytes(pinned.ptr, pinned.size, pinned)

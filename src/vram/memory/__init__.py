@@ -24,7 +24,7 @@ from ._host import (
 from ._labels import clear_label, label_of, set_label
 from ._oom_report import MemoryReport, memory_report
 from ._pools import MemPool, PrivatePool, use_mem_pool
-from ._registry import allocate, allocator_for
+from ._registry import allocate, allocator_for, made_allocator
 from ._sanitizer import StreamRace, StreamRaceWarning, stream_races
 from ._snapshot import _dump_snapshot, _record_memory_history, _snapshot, memory_snapshot
 from ._workspace import get_workspace
@@ -61,6 +61,7 @@ __all__ = [
     "stream_races",
     "allocate",
     "allocator_for",
+    "made_allocator",
     "format_size",
     "set_label",
     "clear_label",

@@ -26,23 +26,25 @@ counters). This module is the policy that drives them: ``malloc`` and ``_free`` 
 one place each decision is made, for every configuration and for the uncached allocator
 (Note [The cached path]).
 
-Extension points (Note [Taking a dropped block back]
+Extension points (Note [Hooks]): other modules observe or steer the allocator only through
+what it declares here, called at one named place each; none assigns to an allocator.
+
+Note [Taking a dropped block back]
 A dropped tensor's pointer waits in ``_dropped`` until the next call. When that call is a
 malloc of the block's own rounded size, on its stream and pool, and nothing has entered or
 left the stream's free-block index since ``Pool.take`` split the block off the free block
 that best fit chose (the index's ``version`` is the block's ``mark``), then freeing it
 merges it back into exactly that free block and the malloc's best fit chooses that block
-again and splits it in the same place: the answer is the block itself. ``_take_back``
-returns it, with the stats of the free and of the malloc (``DeviceStats.reuse``), and the
-pool is left as the two steps would leave it. It is a cache of the simple path's answer,
-taken only where nothing else could decide differently: not for a block that came from
-growing (best fit did not choose it), nor with record_use events, record_stream uses,
-pending frees, the event hook, the block finder, garbage collection, cross-stream reuse,
-expandable segments or an oversize block; a settings change forgets every mark.
+again and splits it in the same place: the answer is the block itself. ``malloc`` hands
+it out again at once, with the stats of the free and of the malloc (``DeviceStats.reuse``),
+and the pool is left as the two steps would leave it. It is a cache of the simple path's answer,
+taken only where nothing else could decide differently. A block has no mark when it
+came from growing (best fit did not choose it), from an expandable segment, or is
+oversize; it loses its mark at record_use and record_stream (and when it waited for
+record_use events at its malloc); a settings change forgets every mark; and no block is
+taken back while frees are pending, nor while the event hook, the block finder, garbage
+collection, cross-stream reuse or no_caching is on (``_takes_back``, set where they are).
 tests/memory/test_differential.py checks it against the free and the malloc.
-
-Note [Hooks]): other modules observe or steer the allocator only through
-what it declares here, called at one named place each; none assigns to an allocator.
 
 Locking: one lock per allocator (``_lock``). Every public method takes it and never calls
 another public method, except those marked "call under ``locked()``", which run inside
@@ -61,12 +63,16 @@ OutOfMemoryError and says why it happened (``register_oom_report``).
 
 Note [The cached path]
 A request served from the cache costs a handful of frames: ``malloc`` (rounding, the pool,
-the split decision, the bookkeeping of the hand-out), ``_find_free_block`` (the find hook,
-best fit, the oversize rules), ``Pool.best_fit`` and ``Pool.take`` (the index, with the
-pool's invariants asserted there) and ``DeviceStats.alloc``; a free, ``_free`` and
-``Pool.give`` and ``DeviceStats.free``. Everything else (routes, expandable segments,
-record_use events, history, the uncached allocator, growing) branches off from there and
-comes back, so no configuration has a path of its own that could decide differently.
+the split decision, the bookkeeping of the hand-out), ``Pool.best_fit`` and ``Pool.take``
+(the index, with the pool's invariants asserted there) and ``DeviceStats.alloc``; a free,
+``_free`` and ``Pool.give`` (which also says how inactive_split changed) and
+``DeviceStats.free``. ``_find_free_block`` decides what best fit's answer is worth (the
+find hook, GC's count, expandable segments, the oversize rules); malloc asks best fit
+itself only with no hook and no GC, and goes to ``_find_free_block`` whenever the answer
+is expandable or over the oversize limit, so the search is decided there. Everything else
+(routes, expandable segments, record_use events, history, the uncached allocator, growing)
+branches off from there and comes back, so no configuration has a path of its own that
+could decide differently.
 tests/memory/test_differential.py replays every bundled trace under every configuration
 against a reference built from the pool's primitives.
 
@@ -187,6 +193,8 @@ class DeviceCachingAllocator(FreesDropped):
         self.private_pools: dict[tuple[int, int], PrivatePool] = {}  # id -> private pool
         self.routes: list[Route] = []  # requests routed to private pools, latest first
         self._gc_on = False
+        self._takes_back = False  # (Note [Taking a dropped block back]; _settings sets it)
+        self._plain_search = True  # no block finder, no GC: malloc asks best fit itself
         self._settings(self.config)
         if self.config.per_process_memory_fraction < 1.0:
             self._set_fraction(self.config.per_process_memory_fraction)
@@ -217,17 +225,40 @@ class DeviceCachingAllocator(FreesDropped):
                 pool = self.small if small else self.large
             # what finalizers dropped first (Note [Taking a dropped block back])
             dropped = self._dropped
-            if dropped:
-                if len(dropped) == 1:
-                    ptr = self._take_back(pool, rounded, size, stream)
-                    if ptr:
-                        return ptr
-                self._free_dropped()
             lifetimes = self.lifetimes
+            if dropped:
+                if len(dropped) == 1 and self._takes_back and not lifetimes.waiting:
+                    ptr = dropped[0]
+                    block = self._allocated.get(ptr)  # (None for work ``later`` left)
+                    if block is not None and block.size == rounded:
+                        segment = block.segment
+                        if (
+                            segment.pool is pool
+                            and segment.stream == stream
+                            and pool.index[stream].version == block.mark  # (never -1)
+                        ):  # the take-back: the block is the free and the malloc's answer
+                            dropped.popleft()
+                            rest = block.next
+                            self.stats.reuse(
+                                small, rounded, block.requested_size, size, rest.size,
+                                block.prev is None and rest.next is None,
+                            )  # fmt: skip
+                            block.requested_size = size
+                            return ptr
+                self._free_dropped()
             if lifetimes.waiting:
                 self._free_completed()
             # a free block, or new memory
-            block = self._find_free_block(pool, rounded, stream)
+            if self._plain_search:  # best fit's answer where _find_free_block would keep it
+                block = pool.best_fit(stream, rounded)
+                if block is not None and (
+                    block.size
+                    >= (self._max_split if rounded < self._max_split else rounded + self._non_split)
+                    or block.segment.source.expandable
+                ):
+                    block = self._find_free_block(pool, rounded, stream)
+            else:
+                block = self._find_free_block(pool, rounded, stream)
             grown = block is None
             if grown:
                 block = self._grow(pool, rounded, stream)
@@ -259,10 +290,12 @@ class DeviceCachingAllocator(FreesDropped):
                     block.mark = -1
                 if block.segment.source.expandable:
                     split_blocks = split_bytes = 0
+                    block.mark = -1
                 block.state = ALLOCATED
                 block.requested_size = size
                 ptr = block.ptr
                 if block.use_events is not None:
+                    block.mark = -1
                     try:
                         lifetimes.wait_uses(block, stream)
                     except BaseException:  # (the driver refused a wait: the block goes back)
@@ -271,6 +304,7 @@ class DeviceCachingAllocator(FreesDropped):
                 self._allocated[ptr] = block
                 self.stats.alloc(small, whole, size, split_blocks, split_bytes)
                 if self._oversize_rules and whole >= self._max_split:
+                    block.mark = -1
                     self._oversize.add(block)
                     self.stats.oversize_allocations.increase(1)
                 if self.recorder is not None:
@@ -297,6 +331,7 @@ class DeviceCachingAllocator(FreesDropped):
             if self._dropped:
                 self._free_dropped()
             block = self._live_block(ptr, "record_stream")
+            block.mark = -1  # (no take-back for it: Note [Taking a dropped block back])
             if stream != block.segment.stream:
                 self.lifetimes.note_stream_use(block, stream)
 
@@ -311,6 +346,7 @@ class DeviceCachingAllocator(FreesDropped):
             if self._dropped:
                 self._free_dropped()
             block = self._live_block(ptr, "record_use")
+            block.mark = -1
             peer = device is not None and device != self.index
             if stream == block.segment.stream and not peer:
                 return
@@ -351,6 +387,7 @@ class DeviceCachingAllocator(FreesDropped):
             self._gc_on = bool(
                 self.allowed_memory_maximum is not None and config.garbage_collection_threshold
             )
+            self._hooks_changed()
 
     def memory_stats(self) -> dict[str, int]:
         with self._lock:
@@ -416,6 +453,7 @@ class DeviceCachingAllocator(FreesDropped):
         """The event hook: ``recorder.record(...)`` at every event, or None (no hook: the
         events cost one test each). Call under ``locked()``."""
         self.recorder = recorder
+        self._hooks_changed()
 
     def add_reserve_hook(self, hook: Callable[..., None]) -> None:
         """Call ``hook(pool, segment, start, nbytes, action)`` after memory is reserved from
@@ -432,6 +470,7 @@ class DeviceCachingAllocator(FreesDropped):
         (a block it returns must fit: at least ``size`` bytes, of ``stream``, in the index);
         None: best fit alone. Call under ``locked()``."""
         self._finder = finder
+        self._hooks_changed()
 
     def set_drop_hook(self, hook: Callable[[int], None] | None) -> None:
         """Call ``hook(ptr)`` when a finalizer drops ``ptr`` (it runs in the finalizer: it
@@ -554,40 +593,6 @@ class DeviceCachingAllocator(FreesDropped):
         if private is not None and not private.freeable:
             private.release_one()
 
-    def _take_back(self, pool: Pool, rounded: int, size: int, stream: int) -> int:
-        """The dropped block itself when freeing it and serving this request would give it
-        back (Note [Taking a dropped block back]): its pointer, with the stats of the free
-        and the malloc; else 0 (nothing changed)."""
-        item = self._dropped[0]
-        if type(item) is not int:
-            return 0
-        block = self._allocated.get(item)
-        if block is None or block.size != rounded or block.mark < 0:
-            return 0
-        segment = block.segment
-        if segment.pool is not pool or segment.stream != stream:
-            return 0
-        if pool.index[stream].version != block.mark or segment.source.expandable:
-            return 0  # (something entered or left the stream's index since it was split)
-        lifetimes = self.lifetimes
-        if (
-            block.use_events is not None
-            or lifetimes.waiting
-            or block in lifetimes.stream_uses
-            or self.recorder is not None
-            or self._finder is not None
-            or self._gc_on
-            or self._note_frees
-            or (self._oversize_rules and rounded >= self._max_split)
-        ):
-            return 0
-        self._dropped.popleft()
-        rest = block.next
-        whole = block.prev is None and rest.next is None  # (the merged block: a segment)
-        self.stats.reuse(pool.is_small, rounded, block.requested_size, size, rest.size, whole)
-        block.requested_size = size
-        return item
-
     def _route(self, stream: int) -> Any:
         for private, takes in self.routes:
             if takes(stream):
@@ -624,7 +629,7 @@ class DeviceCachingAllocator(FreesDropped):
         max_split = self._max_split
         if size < max_split:
             return None if block.size >= max_split else block  # no oversize block for it
-        if block.size >= size + self.config.max_non_split_rounding_size:
+        if block.size >= size + self._non_split:
             return None  # nor a far larger oversize block to an oversize request
         return block
 
@@ -800,39 +805,39 @@ class DeviceCachingAllocator(FreesDropped):
         if self._oversize and block in self._oversize:
             self._oversize.remove(block)
             self.stats.oversize_allocations.decrease(1)
+        segment = block.segment
         if self.recorder is not None:
-            self._trace("free_requested", ptr, block.requested_size, block.segment.stream)
+            self._trace("free_requested", ptr, block.requested_size, segment.stream)
+            if not pending:
+                self._trace("free_completed", ptr, block.requested_size, segment.stream)
+                block.context = None
+        size, pool = block.size, segment.pool
         if pending:
             block.state = PENDING
-            self.stats.free_requested(block.segment.pool.is_small, block.size, block.requested_size)
+            self.stats.free_requested(pool.is_small, size, block.requested_size)
             return
-        self._free_block(block, False)
+        # back to its pool, merged with its free neighbours (counted with inactive_split's
+        # net change, as PyTorch counts it)
+        split_blocks, split_bytes = pool.give(block)
+        self.stats.free(pool.is_small, size, block.requested_size, split_blocks, split_bytes)
         if self.no_caching:
             self._give_back(block)
         elif block.use_events:
             lifetimes.prune(block)
 
-    def _free_block(self, block: Block, completes: bool) -> None:
-        """Return a block whose uses are over to its pool, merged with its free neighbours,
-        and count the free (``completes``: of a free already counted as pending) with
-        inactive_split's net change, as PyTorch counts it."""
+    def _free_block(self, block: Block) -> None:
+        """Return a PENDING block whose record_stream events have completed to its pool,
+        merged with its free neighbours, and count the completion (as ``_free`` counts a
+        free)."""
         segment = block.segment
         if self.recorder is not None:
             self._trace("free_completed", block.ptr, block.requested_size, segment.stream)
             block.context = None
-        size = block.size
-        absorbed = segment.pool.give(block)
-        if segment.source.expandable:
-            split_blocks = split_bytes = 0
-        elif block.prev is None and block.next is None:  # a whole segment now
-            split_blocks, split_bytes = -absorbed, size - block.size
-        else:  # it stays split: itself in, its absorbed neighbours out
-            split_blocks, split_bytes = 1 - absorbed, size
-        small = segment.pool.is_small
-        if completes:
-            self.stats.free_completed(small, size, block.requested_size, split_blocks, split_bytes)
-        else:
-            self.stats.free(small, size, block.requested_size, split_blocks, split_bytes)
+        size, pool = block.size, segment.pool
+        split_blocks, split_bytes = pool.give(block)
+        self.stats.free_completed(
+            pool.is_small, size, block.requested_size, split_blocks, split_bytes
+        )
 
     def _wait_before_giving_back(self, block: Block) -> None:
         """The uncached allocator's free: wait for the streams that used the block (as
@@ -847,7 +852,7 @@ class DeviceCachingAllocator(FreesDropped):
     def _free_completed(self) -> None:
         """Return the PENDING blocks whose record_stream events have completed."""
         for block in self.lifetimes.completed():
-            self._free_block(block, True)
+            self._free_block(block)
 
     def _live_block(self, ptr: int, what: str) -> Block:
         block = self._allocated.get(ptr)
@@ -884,7 +889,7 @@ class DeviceCachingAllocator(FreesDropped):
             return
         self.stats.num_sync_all_streams += 1
         for block in self.lifetimes.synchronize():
-            self._free_block(block, True)
+            self._free_block(block)
         self._release_pool(self.large)
         self._release_pool(self.small)
         for pool_id, private in list(self.private_pools.items()):
@@ -957,10 +962,24 @@ class DeviceCachingAllocator(FreesDropped):
         self.config = config
         self._divisions = _divisions(config)
         self._max_split = config.max_split_size
+        self._non_split = config.max_non_split_rounding_size
         self._oversize_rules = config.max_split_size != SIZE_MAX
         self._split_always = config.expandable_segments  # rest >= 512 B splits, as small
         self._note_frees = config.cross_stream_reuse
         self._expandable_on = config.expandable_segments and not self.no_caching
+        self._hooks_changed()
+
+    def _hooks_changed(self) -> None:
+        """Whether a dropped block may be taken back (Note [Taking a dropped block back]):
+        not while a hook or a setting could decide otherwise than best fit."""
+        self._takes_back = not (
+            self.recorder is not None
+            or self._finder is not None
+            or self._gc_on
+            or self._note_frees
+            or self.no_caching
+        )
+        self._plain_search = self._finder is None and not self._gc_on
 
     def _set_fraction(self, fraction: float) -> None:
         """PyTorch's setMemoryFraction: a share of the total that cudaMemGetInfo reports now."""
@@ -970,6 +989,7 @@ class DeviceCachingAllocator(FreesDropped):
         self.fraction = fraction
         self.allowed_memory_maximum = int(fraction * total)
         self._gc_on = bool(self.config.garbage_collection_threshold)
+        self._hooks_changed()
 
     def _all_pools(self) -> list[Pool]:
         pools = [self.small, self.large]

@@ -294,13 +294,15 @@ class Pool:
         block.mark = found.version
         return rest
 
-    def give(self, block: Block) -> int:
+    def give(self, block: Block) -> tuple[int, int]:
         """A block outside the index, its uses over, becomes FREE: it absorbs its FREE
-        neighbours (``merge``) and enters the index. Returns how many it absorbed.
+        neighbours (``merge``) and enters the index. Returns how that changed the free
+        blocks of split device allocations (PyTorch's inactive_split): (blocks, bytes).
 
         (``merge`` and ``insert`` in one frame when neither neighbour is free, the cached
         path's common case.)
         """
+        size = block.size
         prev, nxt = block.prev, block.next
         if (prev is not None and prev.state == FREE) or (nxt is not None and nxt.state == FREE):
             absorbed = self.merge(block)
@@ -313,7 +315,11 @@ class Pool:
         assert block.ptr not in found.blocks, "FREE blocks enter once"
         found.add(block)
         block.gc_age = self.get_free_blocks_call_count
-        return absorbed
+        if block.segment.source.expandable:  # (pages, not split device allocations)
+            return 0, 0
+        if block.prev is None and block.next is None:  # a whole segment now
+            return -absorbed, size - block.size
+        return 1 - absorbed, size  # it stays split: itself in, its absorbed neighbours out
 
     def best_fit(self, stream: int, size: int) -> Block | None:
         """The first FREE block of ``stream`` in (size, address) order with at least ``size``
@@ -397,7 +403,10 @@ class Pool:
         absorbed = 0
         prev, nxt = block.prev, block.next
         if prev is not None and prev.state == state:
-            self.remove(prev) if state == FREE else self.remove_unmapped(prev)
+            if state == FREE:
+                self.index[prev.segment.stream].remove(prev)  # (``remove``, one call less)
+            else:
+                self.remove_unmapped(prev)
             block.ptr = prev.ptr
             block.prev = prev.prev
             if block.prev is not None:
@@ -407,7 +416,10 @@ class Pool:
             if prev.use_events:
                 block.use_events = _union(block.use_events, prev.use_events)
         if nxt is not None and nxt.state == state:
-            self.remove(nxt) if state == FREE else self.remove_unmapped(nxt)
+            if state == FREE:
+                self.index[nxt.segment.stream].remove(nxt)
+            else:
+                self.remove_unmapped(nxt)
             block.next = nxt.next
             if block.next is not None:
                 block.next.prev = block

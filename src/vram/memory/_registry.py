@@ -15,9 +15,12 @@ from ._caching import DeviceCachingAllocator
 from ._config import default_config
 from ._uncached import UncachedAllocator, no_caching_requested
 
-__all__ = ["allocator_for", "allocate", "allocator_created_hooks"]
+__all__ = ["allocator_for", "allocate", "allocator_created_hooks", "made_allocator"]
 
 _allocators: dict[Device, DeviceCachingAllocator] = {}
+# the allocator of a Device if allocator_for made it, else None (dict.get: no Python frame,
+# for the paths that run once per tensor; the rest call allocator_for)
+made_allocator: Callable[[Device], DeviceCachingAllocator | None] = _allocators.get
 _allocators_lock = threading.Lock()
 # called with each allocator allocator_for creates (memory history attaches itself here)
 allocator_created_hooks: list[Callable[[DeviceCachingAllocator], None]] = []

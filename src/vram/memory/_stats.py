@@ -16,8 +16,10 @@ Per pool kind, ``Usage`` counts what malloc and free did since the accumulated s
 last reset: blocks handed out (count, bytes, requested bytes) and blocks freed by the user
 (the same three). A free still waiting for record_stream events is *pending*: it has
 lowered allocation and allocated_bytes, not yet active, active_bytes and requested_bytes;
-the three pending sums say by how much. Every current value and every sum of increases or
-decreases is a sum or difference of these (``usage_stats``).
+the three pending sums say by how much. A take-back (a free and an alloc of the same
+block) counts once, in ``reuses`` and ``reuse_bytes``: the readers add them to both sides.
+Every current value and every sum of increases or decreases is a sum or difference of
+these (``usage_stats``).
 inactive_split moves by a net amount per call (PyTorch applies one increase or decrease
 per call): ``Usage`` keeps its current value and the sum of its increases; the sum of its
 decreases is the increases less the change since the last reset.
@@ -126,6 +128,8 @@ class Usage:
         "split_base",
         "split_peaks",
         "pending_base",
+        "reuses",
+        "reuse_bytes",
     )
 
     def __init__(self) -> None:
@@ -141,6 +145,7 @@ class Usage:
         self.split_base = (0, 0)  # (blocks, bytes) when the sums restarted
         self.split_peaks = [0, 0]  # (blocks, bytes)
         self.pending_base = (0, 0, 0)  # the pending sums when the sums restarted
+        self.reuses = self.reuse_bytes = 0  # take-backs: a free and an alloc each
 
     def currents(self) -> tuple[int, int, int, int, int]:
         """(allocation, allocated_bytes, active, active_bytes, requested_bytes) now."""
@@ -174,6 +179,7 @@ class Usage:
         self.base_bytes = allocated
         self.allocs = self.alloc_bytes = self.alloc_requested = 0
         self.frees = self.free_bytes = self.free_requested = 0
+        self.reuses = self.reuse_bytes = 0
         self.split_base = (self.split_blocks, self.split_bytes)
         self.split_blocks_up = self.split_bytes_up = 0
         self.pending_base = (self.pending, self.pending_bytes, self.pending_requested)
@@ -253,20 +259,18 @@ class DeviceStats:
         ``requested`` bytes, split from that rest again (the allocator's take-back, Note
         [Taking a dropped block back]); ``whole``: the merged block is a whole segment."""
         usage = self.small if small else self.large
-        usage.frees += 1
-        usage.free_bytes += size
+        usage.reuses += 1  # (counted in allocs and frees by the readers: they cancel in both)
+        usage.reuse_bytes += size
         usage.free_requested += freed
-        usage.allocs += 1
-        usage.alloc_bytes += size
         usage.alloc_requested += requested
         # the counts and allocated and active bytes come back where they were; only
         # requested_bytes moves, by requested - freed: its room shrinks by that at most
         if requested > freed:
             usage.room_bytes += freed - requested
             self.room_bytes += freed - requested
-        if (usage.room_bytes | self.room_bytes) < 0:
-            _catch_up(usage, usage.peaks, usage.currents())
-            _catch_up(self, self.peaks, self._currents_all())
+            if (usage.room_bytes | self.room_bytes) < 0:
+                _catch_up(usage, usage.peaks, usage.currents())
+                _catch_up(self, self.peaks, self._currents_all())
         if whole:  # the free takes the rest out of inactive_split, the alloc puts it back
             usage.split_blocks_up += 1
             usage.split_bytes_up += rest
@@ -365,11 +369,13 @@ class DeviceStats:
             parts = (self.usage[pool - 1],)
             currents = parts[0].currents()
         peaks = self.peaks if pool == 0 else parts[0].peaks
-        allocs = sum(u.allocs for u in parts)
-        alloc_bytes = sum(u.alloc_bytes for u in parts)
+        reuses = sum(u.reuses for u in parts)
+        reuse_bytes = sum(u.reuse_bytes for u in parts)
+        allocs = sum(u.allocs for u in parts) + reuses
+        alloc_bytes = sum(u.alloc_bytes for u in parts) + reuse_bytes
         alloc_requested = sum(u.alloc_requested for u in parts)
-        frees = sum(u.frees for u in parts)
-        free_bytes = sum(u.free_bytes for u in parts)
+        frees = sum(u.frees for u in parts) + reuses
+        free_bytes = sum(u.free_bytes for u in parts) + reuse_bytes
         # active's decreases: the frees less those still pending, plus the completions of
         # frees that were pending when the sums restarted (counted in an earlier sum)
         done = frees - sum(u.pending - u.pending_base[0] for u in parts)
