@@ -3,7 +3,8 @@
 Loading, in order: the shim library (RTLD_GLOBAL); a check that it exports every
 ``aoti_torch_*`` symbol the model imports (all missing ones named); the CUDA runtime
 (RTLD_GLOBAL) when the model calls it (``link_libtorch=False`` models call cudaMalloc,
-cudaEventRecord... and link only libcuda); the model (RTLD_NOW, RTLD_LOCAL); its container
+cudaEventRecord... and link only libcuda); the process's libstdc++ (RTLD_GLOBAL: Note [A
+model's own C++ runtime]); the model (RTLD_NOW, RTLD_LOCAL); its container
 (AOTInductorModelContainerCreateWithDevice), which loads its constants; their blob when
 they live outside the library (AOTInductorModelUpdateConstantsFromBlob).
 
@@ -11,6 +12,17 @@ Running: inputs become borrowed handles, the container runs on the current vram 
 the model's device (AOTInductorModelContainerRunSingleThreaded: no events, no waits, so a
 run can be captured in a CUDA graph; runs of one model are serialized by a lock), and the
 outputs become vram tensors that own their memory.
+
+Note [A model's own C++ runtime]: a CUDA model compiled with ``link_libtorch=False`` links
+libstdc++ statically and exports its symbols, among them the locale facets' ids and their
+guards as GNU-unique symbols, which the dynamic linker makes one per process whatever the
+RTLD flags: where the process already has the shared libstdc++ (a C++ extension brought it),
+the model's inline code indexed a locale its own copy built with the shared copy's facet ids,
+and std::regex in parse_device_str faulted inside AOTInductorModelContainerCreateWithDevice on
+every CUDA package (seen on an H200; RTLD_DEEPBIND does not help: unique symbols ignore it).
+Made global first, the shared libstdc++ interposes every libstdc++ symbol the model uses, as in
+the C++ processes that load such models (PyTorch's runner, ExecuTorch), so that one copy does
+all of it; where no shared libstdc++ exists, nothing can mix with the model's own.
 
 Note [The first run]: a model's first run folds its constants and loads its kernels
 (cudaEventSynchronize, cuModuleLoadData), which a stream that captures a graph must not
@@ -88,6 +100,15 @@ def _magic(path: Path) -> bytes:
         return f.read(4)
 
 
+def _share_cxx_runtime() -> None:
+    """The shared libstdc++ made global in this process, where there is one (Note [A model's
+    own C++ runtime])."""
+    try:
+        ctypes.CDLL("libstdc++.so.6", mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+    except OSError:  # none on this system: the model's own copy is the only one
+        pass
+
+
 def _kind_for(device: Device) -> str:
     if device.type != "cpu":
         return device.type
@@ -114,6 +135,7 @@ class Model:
         refuse_libtorch()  # (torch may have come after the shim library)
         self._check_symbols(library)
         try:
+            _share_cxx_runtime()
             self._lib = ctypes.CDLL(str(library), mode=os.RTLD_NOW | os.RTLD_LOCAL)
         except OSError as exc:
             raise RuntimeError(f"vram.aoti: cannot load {name}: {exc}") from None
