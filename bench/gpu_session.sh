@@ -7,7 +7,7 @@
 # With AOTI=1, bench/aoti_gpu.sh (issue 33: the AOTInductor export, its torch-free tests and
 # benchmark) runs beside the tests, from $AOTI_DELAY seconds on (default 45: after the
 # kernel cache is warm), for at most $AOTI_SECONDS (default 300), and is waited for before
-# the benchmarks start.
+# the benchmarks start. BENCH=0 leaves the benchmarks out.
 #
 #   TEST_SECONDS=320 STEP_SECONDS=70 BEFORE=$PWD/.before/src bash bench/gpu_session.sh
 set -uo pipefail
@@ -30,6 +30,6 @@ if [ "${AOTI:-0}" = 1 ]; then
 fi
 TEST_SECONDS=${TEST_SECONDS:-320} PACK_CACHE=0 bash bench/gpu_validate.sh
 [ -n "${aoti:-}" ] && wait "$aoti"
-bash bench/gpu_bench.sh
+[ "${BENCH:-1}" = 1 ] && bash bench/gpu_bench.sh
 kill "$packer"
 pack

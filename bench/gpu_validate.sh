@@ -67,7 +67,7 @@ else
             python3 bench/sanitize/attn_probe.py > "$OUT/attn-memcheck.txt" 2>&1
         echo "attention under memcheck: exit $?: $(grep -c ' ok ' "$OUT/attn-memcheck.txt") calls"
         run_files "$OUT/gpu-tests-1.txt" $(files_of tensor_gpu pointwise_gpu activations_gpu \
-            reduce_gpu index_gpu random_gpu composite_gpu attention_gpu)
+            index_gpu attention_gpu reduce_gpu random_gpu composite_gpu)
     ) &
     lane1=$!
     run_files "$OUT/gpu-tests-2.txt" $(files_of blas_gpu linalg_gpu optim_gpu graphs_gpu \
