@@ -105,6 +105,10 @@ def check(folder: Path, entry: dict) -> dict:
     eager_difference = float(
         np.max(np.abs(first[0].numpy().astype(np.float64) - np.load(folder / entry["eager"][0])))
     )
+    # the warm pattern: a run while the previous run's outputs (and the first's) are alive,
+    # whose peak the cache has seen once before the count starts
+    outputs = model(*x)
+    outputs = model(*x)
     runs = 3
     with vram.memory.count_device_calls(DEVICE) as calls:
         for _ in range(runs):
