@@ -8,11 +8,13 @@ K = 0 gives ``beta * input`` (zeros for mm, bmm and matmul).
 Note [mm's plans]: ``mm`` is the call whose host time matters most (small products, a
 GEMM per layer). What its checks and the GEMM's plan depend on is the operands' (and
 ``out``'s) shapes, strides, dtypes, devices and pointer alignment, and the generations of
-the settings and of TunableOp; with those as the key, a per-thread dict keeps the result
-shape and the plan of each problem that passed the checks once. A repeated call is then
-this key, one dict lookup, the current stream, and the plan's call: nothing is checked
-again, no setting is read, no object is made but the key (and the result). An ``out`` that
-shares an operand's storage always takes the full checks.
+the settings and of TunableOp; with those as the key (the first four as the tensors'
+signature ids, which the pointwise ops key on too), a per-thread dict keeps the plan and
+the result's layout of each problem that passed the checks once. A repeated call is then
+this key, one dict lookup, the allocation the pointwise ops make (``ops._plans.new_tensor``)
+and the plan's call: nothing is checked again, no setting is read, no object is made but
+the key (and the result). An ``out`` that shares an operand's storage always takes the
+full checks.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import Any
 
 from .._tensor import Tensor, broadcast_shapes, contiguous_strides, dispatch
 from ..backends import cuda as _backends
+from ..ops._plans import new_tensor
+from ..ops._pointwise import signature_id
 from . import _checks, _tunable
 from ._ops import GEMM_DTYPES, gemm, product_plan
 
@@ -35,7 +39,7 @@ _ALIGN_MASK = 255  # pointer bits below the largest alignment a plan asks about 
 
 class _Plans(threading.local):
     def __init__(self) -> None:
-        self.mm: dict[tuple, tuple[tuple[int, int], Any]] = {}
+        self.mm: dict[tuple, tuple[Any, tuple[int, int], tuple[int, int], int, int]] = {}
 
 
 _plans = _Plans()
@@ -104,24 +108,22 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # 
     try:  # the key of Note [mm's plans]; anything but tensors takes the checks below
         dt = input.dtype
         sa, sb = input._storage, mat2._storage
-        size = dt.np.itemsize
+        size = dt.itemsize
         pa = sa.ptr + input._offset * size
         pb = sb.ptr + mat2._offset * size
+        ia = input._sig or signature_id(input)
+        ib = mat2._sig or signature_id(mat2)
         if out is None:
             po = 0
             key: tuple | None = (
-                input._shape, input._stride, mat2._shape, mat2._stride, dt.name,
-                mat2.dtype.name, sa.device, sb.device, (pa | pb) & _ALIGN_MASK,
-                _backends.generation, _tunable.state.generation,
+                ia, ib, (pa | pb) & _ALIGN_MASK, _backends.generation, _tunable.state.generation
             )  # fmt: skip
         else:
             so = out._storage
             po = so.ptr + out._offset * size
             key = (
-                input._shape, input._stride, mat2._shape, mat2._stride, dt.name,
-                mat2.dtype.name, sa.device, sb.device, (pa | pb | po) & _ALIGN_MASK,
-                _backends.generation, _tunable.state.generation, out._shape, out._stride,
-                out.dtype.name, so.device,
+                ia, ib, (pa | pb | po) & _ALIGN_MASK, _backends.generation,
+                _tunable.state.generation, out._sig or signature_id(out),
             )  # fmt: skip
             if so is sa or so is sb:  # out shares an operand's storage: always checked
                 key = None
@@ -129,10 +131,10 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # 
         key = None
     found = _plans.mm.get(key)  # type: ignore[arg-type]
     if found is not None:
-        shape, plan = found
-        device = sa.device
+        plan, shape, stride, nbytes, sig = found
         if out is None:
-            out = Tensor._empty(shape, dt, device)
+            out = new_tensor(shape, stride, dt, sa.device, nbytes)
+            out._sig = sig
             po = out._storage.ptr
             if po & _ALIGN_MASK:  # less aligned than the plan may assume
                 gemm(out, input, mat2, None, 0.0, 1.0, 0)
@@ -171,7 +173,8 @@ def _checked_mm(input: Any, mat2: Any, out: Any, key: tuple | None) -> Tensor:  
             plans = _plans.mm
             if len(plans) >= _MAX_PLANS:
                 del plans[next(iter(plans))]
-            plans[key] = (shape, plan)
+            nbytes = math.prod(shape) * target.dtype.itemsize
+            plans[key] = (plan, shape, target._stride, nbytes, signature_id(target))
             plan.product(target, input, mat2, pa, pb, po)
     return _finish(target, final)
 
