@@ -7,7 +7,8 @@
 # With AOTI=1, bench/aoti_gpu.sh (issue 33: the AOTInductor export, its torch-free tests and
 # benchmark) runs beside the tests, from $AOTI_DELAY seconds on (default 45: after the
 # kernel cache is warm), for at most $AOTI_SECONDS (default 300), and is waited for before
-# the benchmarks start. BENCH=0 leaves the benchmarks out.
+# the benchmarks start. BENCH=0 leaves the benchmarks out; GPU_TESTS="FILE ..." runs those
+# test files (one after another) instead of every one.
 #
 #   TEST_SECONDS=320 STEP_SECONDS=70 BEFORE=$PWD/.before/src bash bench/gpu_session.sh
 set -uo pipefail
@@ -28,7 +29,8 @@ if [ "${AOTI:-0}" = 1 ]; then
      echo "aoti: exit $?"; cat "$OUT/aoti-run.txt") &
     aoti=$!
 fi
-TEST_SECONDS=${TEST_SECONDS:-320} PACK_CACHE=0 bash bench/gpu_validate.sh
+# shellcheck disable=SC2086  # (GPU_TESTS: test files, word-split on purpose; all if unset)
+TEST_SECONDS=${TEST_SECONDS:-320} PACK_CACHE=0 bash bench/gpu_validate.sh ${GPU_TESTS:-}
 [ -n "${aoti:-}" ] && wait "$aoti"
 [ "${BENCH:-1}" = 1 ] && bash bench/gpu_bench.sh
 kill "$packer"

@@ -185,3 +185,31 @@ def test_work_is_queued_on_the_current_stream(sim0):
             c = a @ b
         assert vram.sim.pending(side) == 1
     assert np.all(c.numpy() == 3)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+def test_mm_cached_plans_equal_the_general_gemm(sim0, dt):
+    """Note [mm's plans]: a repeated problem (looked up by signature ids, its result made as
+    the pointwise ops make theirs) gives what the checked path and ``gemm`` itself give:
+    the same values, layout and signature id, into a new tensor or ``out``."""
+    from vram.blas import _functions, _ops
+    from vram.ops._pointwise import signature_id
+
+    _functions.clear_plans()
+    a = on(sim0, rand((6, 5), dt, 1))
+    b = on(sim0, rand((7, 5), dt, 2)).t()  # a transposed operand
+    general = vram.Tensor._empty((6, 7), dt, sim0)
+    _ops.gemm(general, a, b, None, 0.0, 1.0, 0)
+    checked = vram.mm(a, b)
+    assert len(_functions._plans.mm) == 1
+    cached = [vram.mm(a, b) for _ in range(2)]
+    out = vram.empty((6, 7), dtype=dt, device=sim0)
+    vram.mm(a, b, out=out)  # checked, then cached
+    vram.mm(a, b, out=out)
+    assert len(_functions._plans.mm) == 2
+    assert [t._sig for t in cached] == [signature_id(general)] * 2  # named by the plan
+    for got in (checked, *cached, out):
+        assert (got.dtype, got.shape, got.stride(), got.device) == (dt, (6, 7), (7, 1), sim0)
+        assert signature_id(got) == signature_id(general)
+        np.testing.assert_array_equal(got.numpy(), general.numpy())
+    assert cached[0].data_ptr() != cached[1].data_ptr()

@@ -301,3 +301,109 @@ def test_bad_operands_and_fill_values():
         t.fill_(300)
     with pytest.raises(TypeError, match="value"):
         vram.zeros(2, device=SIM).fill_(1j)
+
+
+# ---- where -----------------------------------------------------------------------------------
+
+
+def _where_cases(device):
+    """(condition, input, other) calls of where: every form the fast path keys on."""
+    rng = np.random.default_rng(7)
+    mask = rng.random((3, 5)) > 0.5
+    c = vram.tensor(mask, device=device)
+    f32 = vram.tensor(random(vram.float32, (3, 5), 1), device=device)
+    f16 = vram.tensor(random(vram.float16, (5,), 2), device=device)
+    i8 = vram.tensor(random(vram.int8, (3, 1), 3), device=device)
+    wide = vram.tensor(random(vram.float32, (5, 6), 4), device=device)
+    zero_dim = vram.tensor(2.5, device=device)
+    return [
+        (c, f32, f32 * 2),
+        (c, f32, f16),  # promoted, broadcast
+        (c, i8, f16),
+        (c, wide.t()[:3], f32),  # a transposed view
+        (c.t().contiguous().t(), f32, f16),  # a non-contiguous condition
+        (c, f32, 0.5),
+        (c, 7, i8),
+        (c, f16, True),
+        (c, 1, 0),
+        (c, 1.0, 0),
+        (c, i8, zero_dim),  # a zero-dimensional tensor promotes as PyTorch's
+        (c[:0], f32[:0], 1.0),  # zero-size
+    ]
+
+
+@pytest.mark.parametrize("device", [SIM, CPU], ids=str)
+def test_where_matches_numpy_with_pytorchs_dtypes(device):
+    for condition, a, b in _where_cases(device):
+        got = vram.where(condition, a, b)
+        want_dtype = result_type(a, b)
+        values = [v.numpy() if isinstance(v, vram.Tensor) else v for v in (a, b)]
+        want = np.where(condition.numpy(), *values).astype(want_dtype.np)
+        assert got.dtype == want_dtype and got.device == device
+        check(got, want)
+
+
+@pytest.mark.parametrize("dt", all_dtypes, ids=lambda d: d.name)
+def test_where_every_dtype(dt):
+    mask = np.arange(8) % 3 == 0
+    a, b = random(dt, (8,), 5), random(dt, (8,), 6)
+    got = vram.where(
+        vram.tensor(mask, device=SIM), vram.tensor(a, device=SIM), vram.tensor(b, device=SIM)
+    )
+    check(got, np.where(mask, a, b))
+    t = vram.tensor(a, device=SIM)
+    assert t.where(vram.tensor(mask, device=SIM), 0).dtype == result_type(t, 0)
+
+
+@pytest.mark.parametrize("device", [SIM, CPU], ids=str)
+def test_where_fast_path_equals_the_general_path(device, monkeypatch):
+    """The operator path (plans by signature id, ``ternary_operator``) and ``run`` (the
+    general path) give the same tensor for every form; the first is taken for each."""
+    from vram.ops import _math, _pointwise
+
+    taken = []
+    ternary, call = _pointwise.PointwisePlan.ternary, _pointwise.PointwisePlan.__call__
+
+    def count_ternary(plan, *args):
+        taken.append("ternary")
+        return ternary(plan, *args)
+
+    def count_call(plan, *args):
+        taken.append("call")
+        return call(plan, *args)
+
+    for condition, a, b in _where_cases(device):
+        general = _pointwise.run(_math.WHERE, (condition, a, b))
+        monkeypatch.setattr(_pointwise.PointwisePlan, "ternary", count_ternary)
+        monkeypatch.setattr(_pointwise.PointwisePlan, "__call__", count_call)
+        taken.clear()
+        fast = [vram.where(condition, a, b) for _ in range(2)]  # built, then looked up
+        monkeypatch.undo()
+        forms = "ternary" if isinstance(a, vram.Tensor) and isinstance(b, vram.Tensor) else "call"
+        assert taken == [forms, forms]
+        for got in fast:
+            assert (got.dtype, got.shape, got.stride()) == (
+                general.dtype,
+                general.shape,
+                general.stride(),
+            )
+            np.testing.assert_array_equal(got.numpy(), general.numpy())
+
+
+def test_where_with_a_cpu_scalar_and_odd_operands_takes_the_general_path():
+    c = vram.tensor([True, False, True], device=SIM)
+    a = vram.tensor([1.0, 2.0, 3.0], device=SIM)
+    check(vram.where(c, a, vram.tensor(9.0, device=CPU)), np.float32([1, 9, 3]))
+    check(vram.where(c, np.float64(4.0), a), np.float32([4, 2, 4]))
+    with pytest.raises(TypeError, match="expected a vram.Tensor or a number, got str"):
+        vram.where(c, a, "x")
+
+
+def test_where_refuses_what_pytorch_refuses():
+    a = vram.ones(2, device=SIM)
+    with pytest.raises(RuntimeError, match="where expected condition to be a boolean tensor"):
+        vram.where(a, a, a)
+    with pytest.raises(TypeError, match="argument 'condition' must be Tensor, not list"):
+        vram.where([True, False], a, a)
+    with pytest.raises(RuntimeError, match="same device"):
+        vram.where(vram.tensor([True, False], device=SIM), a, vram.ones(2, device=SIM1))

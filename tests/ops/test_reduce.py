@@ -503,6 +503,25 @@ def test_a_repeated_call_reuses_its_plan():
     assert len(_plans.PLANS) == before
 
 
+def test_plans_of_one_shape_never_serve_another_layout_dtype_or_device():
+    """Plans are looked up by the input's signature id (dtype, shape, strides, device):
+    calls that differ in one of them, interleaved, each get their own plan's answer."""
+    a = sample(vram.float32, (16, 16), 23)
+    inputs = [
+        (on(a), a),
+        (on(np.ascontiguousarray(a.T)).t(), a),  # the same values, transposed in memory
+        (on(a.astype(np.float64)), a.astype(np.float64)),
+        (on(a, CPU), a),
+        (on(a, vram.device("sim:1")), a),
+    ]
+    for _ in range(2):
+        for t, values in inputs:
+            close(t.sum(dim=-1), values.sum(-1))
+            close(vram.softmax(t, dim=0), np.exp(values) / np.exp(values).sum(0))
+            result = t.sum(dim=-1)
+            assert (result.device, result.dtype) == (t.device, t.dtype)
+
+
 def test_reductions_queue_their_work_in_deferred_mode():
     """The work runs when the stream does: the workspace of a split reduction, freed at the
     call's end, is reused by the next call on the same stream only after it ran."""

@@ -8,11 +8,13 @@ K = 0 gives ``beta * input`` (zeros for mm, bmm and matmul).
 Note [mm's plans]: ``mm`` is the call whose host time matters most (small products, a
 GEMM per layer). What its checks and the GEMM's plan depend on is the operands' (and
 ``out``'s) shapes, strides, dtypes, devices and pointer alignment, and the generations of
-the settings and of TunableOp; with those as the key, a per-thread dict keeps the result
-shape and the plan of each problem that passed the checks once. A repeated call is then
-this key, one dict lookup, the current stream, and the plan's call: nothing is checked
-again, no setting is read, no object is made but the key (and the result). An ``out`` that
-shares an operand's storage always takes the full checks.
+the settings and of TunableOp; with those as the key (the first four as the tensors'
+signature ids, which the pointwise ops key on too), a per-thread dict keeps the plan and
+the result's layout of each problem that passed the checks once. A repeated call is then
+this key, one dict lookup, the allocation the pointwise ops make (``ops._plans.new_tensor``)
+and the plan's call: nothing is checked again, no setting is read, no object is made but
+the key (and the result). An ``out`` that shares an operand's storage always takes the
+full checks.
 
 ``addmm`` and ``linear`` keep their problems the same way (with the bias's shape, strides,
 dtype and device, beta, alpha and the activation in the key): a layer's product with its
@@ -28,6 +30,8 @@ from typing import Any
 
 from .._tensor import Tensor, broadcast_shapes, contiguous_strides, dispatch
 from ..backends import cuda as _backends
+from ..ops._plans import new_tensor
+from ..ops._pointwise import signature_id
 from . import _checks, _tunable
 from ._ops import GEMM_DTYPES, gemm, plan_for, product_plan
 
@@ -41,9 +45,9 @@ _PLAIN_SCALARS = (int, float)  # beta and alpha of these exact types may be in a
 
 class _Plans(threading.local):
     def __init__(self) -> None:
-        self.mm: dict[tuple, tuple[tuple[int, int], Any]] = {}
-        # addmm's and linear's: key -> (result shape, plan, beta, alpha) as checked
-        self.add: dict[tuple, tuple[tuple[int, ...], Any, Any, Any]] = {}
+        self.mm: dict[tuple, tuple[Any, tuple[int, int], tuple[int, int], int, int]] = {}
+        # addmm's and linear's: key -> mm's entry and the checked beta and alpha
+        self.add: dict[tuple, tuple] = {}
 
 
 _plans = _Plans()
@@ -119,24 +123,22 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # 
     try:  # the key of Note [mm's plans]; anything but tensors takes the checks below
         dt = input.dtype
         sa, sb = input._storage, mat2._storage
-        size = dt.np.itemsize
+        size = dt.itemsize
         pa = sa.ptr + input._offset * size
         pb = sb.ptr + mat2._offset * size
+        ia = input._sig or signature_id(input)
+        ib = mat2._sig or signature_id(mat2)
         if out is None:
             po = 0
             key: tuple | None = (
-                input._shape, input._stride, mat2._shape, mat2._stride, dt.name,
-                mat2.dtype.name, sa.device, sb.device, (pa | pb) & _ALIGN_MASK,
-                _backends.generation, _tunable.state.generation,
+                ia, ib, (pa | pb) & _ALIGN_MASK, _backends.generation, _tunable.state.generation
             )  # fmt: skip
         else:
             so = out._storage
             po = so.ptr + out._offset * size
             key = (
-                input._shape, input._stride, mat2._shape, mat2._stride, dt.name,
-                mat2.dtype.name, sa.device, sb.device, (pa | pb | po) & _ALIGN_MASK,
-                _backends.generation, _tunable.state.generation, out._shape, out._stride,
-                out.dtype.name, so.device,
+                ia, ib, (pa | pb | po) & _ALIGN_MASK, _backends.generation,
+                _tunable.state.generation, out._sig or signature_id(out),
             )  # fmt: skip
             if so is sa or so is sb:  # out shares an operand's storage: always checked
                 key = None
@@ -144,10 +146,10 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # 
         key = None
     found = _plans.mm.get(key)  # type: ignore[arg-type]
     if found is not None:
-        shape, plan = found
-        device = sa.device
+        plan, shape, stride, nbytes, sig = found
         if out is None:
-            out = Tensor._empty(shape, dt, device)
+            out = new_tensor(shape, stride, dt, sa.device, nbytes)
+            out._sig = sig
             po = out._storage.ptr
             if po & _ALIGN_MASK:  # less aligned than the plan may assume
                 gemm(out, input, mat2, None, 0.0, 1.0, 0)
@@ -183,7 +185,8 @@ def _checked_mm(input: Any, mat2: Any, out: Any, key: tuple | None) -> Tensor:  
         else:
             pa, pb, po = input.data_ptr(), mat2.data_ptr(), target.data_ptr()
             plan = product_plan(target, input, mat2, pa | pb | po)
-            _remember(_plans.mm, key, (shape, plan))
+            nbytes = math.prod(shape) * target.dtype.itemsize
+            _remember(_plans.mm, key, (plan, shape, target._stride, nbytes, signature_id(target)))
             plan.product(target, input, mat2, pa, pb, po)
     return _finish(target, final)
 
@@ -215,8 +218,7 @@ def addmm(
         key, pa, pb, pc = _add_key(input, mat1, mat2, beta, alpha, activation)
         found = _plans.add.get(key)  # type: ignore[arg-type]
         if found is not None:
-            shape, plan, beta_, alpha_ = found
-            done = _run_planned(shape, plan, input, mat1, mat2, beta_, alpha_, pa, pb)
+            done = _run_planned(found, input, mat1, mat2, pa, pb)
             if done is not None:
                 return done
             key = None
@@ -237,8 +239,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         key, pa, pb, _ = _add_key(bias, input, weight, 1, 1, "linear")
         found = _plans.add.get(key)  # type: ignore[arg-type]
         if found is not None:
-            shape, plan, beta, alpha = found
-            done = _run_planned(shape, plan, bias, None, None, beta, alpha, pa, pb)
+            done = _run_planned(found, bias, None, None, pa, pb)
             if done is not None:
                 return done
             key = None
@@ -273,17 +274,14 @@ def _add_key(
     if type(beta) not in _PLAIN_SCALARS or type(alpha) not in _PLAIN_SCALARS:
         return None, 0, 0, 0
     try:
-        dt = a.dtype
-        sa, sb, sc = a._storage, b._storage, bias._storage
-        size = dt.np.itemsize
-        pa = sa.ptr + a._offset * size
-        pb = sb.ptr + b._offset * size
-        pc = sc.ptr + bias._offset * bias.dtype.np.itemsize
+        size = a.dtype.itemsize
+        pa = a._storage.ptr + a._offset * size
+        pb = b._storage.ptr + b._offset * b.dtype.itemsize
+        pc = bias._storage.ptr + bias._offset * bias.dtype.itemsize
         key = (
-            a._shape, a._stride, b._shape, b._stride, bias._shape, bias._stride, dt.name,
-            b.dtype.name, bias.dtype.name, sa.device, sb.device, sc.device,
-            (pa | pb | pc) & _ALIGN_MASK, beta, alpha, activation, _backends.generation,
-            _tunable.state.generation,
+            a._sig or signature_id(a), b._sig or signature_id(b),
+            bias._sig or signature_id(bias), (pa | pb | pc) & _ALIGN_MASK, beta, alpha,
+            activation, _backends.generation, _tunable.state.generation,
         )  # fmt: skip
     except AttributeError:
         return None, 0, 0, 0
@@ -291,23 +289,17 @@ def _add_key(
 
 
 def _run_planned(
-    shape: tuple[int, ...],
-    plan: Any,
-    bias: Tensor,
-    a: Tensor | None,
-    b: Tensor | None,
-    beta: Any,
-    alpha: Any,
-    pa: int,
-    pb: int,
+    found: tuple, bias: Tensor, a: Tensor | None, b: Tensor | None, pa: int, pb: int
 ) -> Tensor | None:
-    """A remembered addmm or linear problem queued into a new result of ``shape``; None
-    where the result is less aligned than the plan may assume (the caller then takes the
-    checked route)."""
-    out = Tensor._empty(shape, bias.dtype, bias._storage.device)
+    """A remembered addmm or linear problem (``found``: its entry) queued into a new
+    result; None where the result is less aligned than the plan may assume (the caller
+    then takes the checked route)."""
+    plan, shape, stride, nbytes, sig, beta, alpha = found
+    out = new_tensor(shape, stride, bias.dtype, bias._storage.device, nbytes)
     po = out._storage.ptr
     if po & _ALIGN_MASK:
         return None
+    out._sig = sig
     plan.run(out, a, b, bias, beta, alpha, pa, pb, po)
     return out
 
@@ -364,7 +356,11 @@ def _add_product(
     pa, pb, po = a.data_ptr(), b.data_ptr(), target.data_ptr()
     plan = plan_for(target, a, b, bias, beta, act, -1, pa | pb | po)
     if linear_shape is None or plan.reads_pointers_only:
-        _remember(_plans.add, key, (linear_shape or shape, plan, beta, alpha))
+        final_shape = linear_shape or shape
+        stride = contiguous_strides(final_shape)
+        nbytes = math.prod(final_shape) * target.dtype.itemsize
+        sig = signature_id(target if linear_shape is None else target.view(final_shape))
+        _remember(_plans.add, key, (plan, final_shape, stride, nbytes, sig, beta, alpha))
     plan.run(target, a, b, bias, beta, alpha, pa, pb, po)
     return target
 

@@ -23,6 +23,7 @@ from ._pointwise import (
     binary_operator,
     inplace_operator,
     run,
+    ternary_operator,
     unary_operator,
 )
 from ._promotion import get_default_dtype, kind, result_type
@@ -520,6 +521,7 @@ _IADD = inplace_operator(BINARY["add"], (1,))
 _ISUB = inplace_operator(BINARY["sub"], (1,))
 _IMUL = inplace_operator(BINARY["mul"])
 _IDIV = inplace_operator(BINARY["div"])
+_WHERE = ternary_operator(WHERE)
 
 
 # ---- the functions -------------------------------------------------------------------------
@@ -776,6 +778,8 @@ def equal(input: Tensor, other: Tensor) -> bool:  # noqa: A002
 
 def where(condition: Tensor, input: Any, other: Any) -> Tensor:  # noqa: A002
     """torch.where(condition, input, other): ``input`` where ``condition``, else ``other``."""
+    if type(condition) is Tensor and condition.dtype is bool_:
+        return _WHERE(condition, input, other)
     _tensor_arg("where", "condition", condition)
     if condition.dtype is not bool_:
         raise RuntimeError(

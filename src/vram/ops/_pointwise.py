@@ -69,6 +69,7 @@ __all__ = [
     "binary_operator",
     "inplace_operator",
     "unary_operator",
+    "ternary_operator",
 ]
 
 _BLOCK = 256  # threads per block (the loops' __launch_bounds__)
@@ -375,6 +376,24 @@ class PointwisePlan:
                 self.run(stream, *self._convert(fields), po, pa, pb)
         return out
 
+    def ternary(self, a: Tensor, b: Tensor, c: Tensor, fields: tuple) -> Tensor:
+        """``op(a, b, c, *fields)`` into a new tensor (the plan of three tensor operands)."""
+        device = self.device
+        stream = current_handle(device) if device.type != "cpu" else 0
+        out = self._output(stream)
+        if self.numel:
+            items = self.items
+            po = out._storage.ptr
+            pa = a._storage.ptr + a._offset * items[0]
+            pb = b._storage.ptr + b._offset * items[1]
+            pc = c._storage.ptr + c._offset * items[2]
+            vec = self.vec
+            if vec is not None and not (po | pa | pb | pc) & 15:
+                vec(stream, *self._convert(fields), po, pa, pb, pc)
+            else:
+                self.run(stream, *self._convert(fields), po, pa, pb, pc)
+        return out
+
     def inplace(self, a: Tensor, b: Tensor, fields: tuple) -> Tensor:
         """``a = op(a, b, *fields)`` (a plan made with ``a`` as its output)."""
         if self.numel:
@@ -527,6 +546,48 @@ def unary_operator(op: PointwiseOp) -> Callable[[Tensor], Tensor]:
                 plans.clear()
             plans[sa] = plan
         return plan.unary(a, ())
+
+    call.__name__ = op.name
+    return call
+
+
+def ternary_operator(op: PointwiseOp, fields: tuple = ()) -> Callable[[Tensor, Any, Any], Tensor]:
+    """``op(a, b, c)`` of a tensor ``a`` and tensors or numbers ``b`` and ``c`` (where,
+    clamp) by the operands' signature ids, as ``binary_operator``; anything else, and the
+    calls ``run`` must see whole (a zero-dimensional cpu tensor among device tensors), go
+    to ``run``."""
+    plans: dict[tuple, PointwisePlan] = {}
+    number_types = (int, float, bool)
+
+    def call(a: Tensor, b: Any, c: Any) -> Tensor:
+        tb, tc = type(b), type(c)
+        if tb is Tensor:
+            kb: Any = b._sig or signature_id(b)
+        elif tb in number_types:
+            kb = tb
+        else:
+            return run(op, (a, b, c), fields)
+        if tc is Tensor:
+            kc: Any = c._sig or signature_id(c)
+        elif tc in number_types:
+            kc = tc
+        else:
+            return run(op, (a, b, c), fields)
+        key = (a._sig or signature_id(a), kb, kc)
+        plan = plans.get(key)
+        if plan is None:
+            operands = _operands(op, (a, b, c), None)
+            if any(isinstance(v, ZeroDim) for v in operands):
+                return run(op, (a, b, c), fields)
+            plan = plan_for(op, operands, None)
+            if len(plans) >= 1024:
+                plans.clear()
+            plans[key] = plan
+        if tb is Tensor and tc is Tensor:
+            return plan.ternary(a, b, c, fields)
+        tensors = tuple(v for v in (a, b, c) if type(v) is Tensor)
+        numbers = tuple(v for v in (b, c) if type(v) is not Tensor)
+        return plan(tensors, numbers + fields, None)
 
     call.__name__ = op.name
     return call

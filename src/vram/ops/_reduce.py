@@ -370,21 +370,21 @@ class ReducePlan:
     def __call__(self, x: Tensor) -> tuple[Tensor | None, Tensor | None]:
         """Reduce ``x`` (of the plan's signature): (result, second result or None)."""
         device = self.device
+        stream = current_handle(device) if device.type != "cpu" else 0
         result = second = None
         if self.out is not None:
-            result = new_tensor(self.shape, self.stride, self.out, device, self.nbytes)
+            result = new_tensor(self.shape, self.stride, self.out, device, self.nbytes, stream)
         if self.out2 is not None:
-            second = new_tensor(self.shape, self.stride, self.out2, device, self.nbytes2)
+            second = new_tensor(self.shape, self.stride, self.out2, device, self.nbytes2, stream)
         if not self.outputs:
             return result, second
-        stream = current_handle(device) if device.type != "cpu" else 0
         ptr = x._storage.ptr + x._offset * self.item
         po = result._storage.ptr if result is not None else 0
         p2 = second._storage.ptr if second is not None else 0
         workspace = None
         pw = 0
         if self.workspace:
-            workspace = new_tensor((self.workspace,), (1,), uint8, device, self.workspace)
+            workspace = new_tensor((self.workspace,), (1,), uint8, device, self.workspace, stream)
             pw = workspace._storage.ptr
         run = self.run_vec
         if run is None or ptr & 15:

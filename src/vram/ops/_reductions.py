@@ -27,6 +27,7 @@ from .._tensor import Tensor, dispatch
 from . import _reduce_ops as ops
 from . import return_types
 from ._math import _torch_name, maximum, minimum
+from ._pointwise import signature_id
 from ._promotion import get_default_dtype, kind, opmath, promote_types
 from ._reduce import ReducePlan, Reduction, plan_for
 
@@ -121,7 +122,7 @@ def _real(dt: dtype) -> dtype:
 def _key(op: Any, x: Any, *arguments: Any) -> tuple:
     if type(x) is not Tensor and not isinstance(x, Tensor):
         return (op, None, id(x))  # not a tensor: the builder raises
-    return (op, x.dtype, x._shape, x._stride, x._storage.device, *arguments)
+    return (op, x._sig or signature_id(x), *arguments)
 
 
 def _no_complex(x: Tensor, name: str) -> None:

@@ -25,6 +25,7 @@ from ..driver._work import Arg, Kernel, Launch, Launcher, View
 from ._kernels import KERNEL_DIR, c_type
 from ._math import _torch_name
 from ._plans import launcher, new_tensor
+from ._pointwise import signature_id
 from ._pointwise import store as _put
 from ._promotion import kind, opmath
 from ._reduce import multiprocessors, next_pow2, plan_for
@@ -143,14 +144,14 @@ class SoftmaxPlan:
 
     def __call__(self, x: Tensor) -> Tensor:
         device = self.device
-        result = new_tensor(self.shape, self.stride, self.out, device, self.nbytes)
+        stream = current_handle(device) if device.type != "cpu" else 0
+        result = new_tensor(self.shape, self.stride, self.out, device, self.nbytes, stream)
         if not self.numel:
             return result
         if self.convert is not None:
             x = x.to(self.convert)
         elif self.copy:
             x = x.contiguous()
-        stream = current_handle(device) if device.type != "cpu" else 0
         ptr = x._storage.ptr + x._offset * x.dtype.itemsize
         po = result._storage.ptr
         run = self.run_vec
@@ -175,7 +176,7 @@ def _build(x: Any, dim: Any, dt: Any, log: bool) -> SoftmaxPlan:
 
 def _key(name: str, x: Any, dim: Any, dt: Any) -> tuple:
     if isinstance(x, Tensor):
-        return (name, x.dtype, x._shape, x._stride, x._storage.device, dim, dt)
+        return (name, x._sig or signature_id(x), dim, dt)
     return (name, None, id(x))  # not a tensor: the builder raises
 
 
