@@ -213,3 +213,31 @@ def test_activation_instances_compile_for_sm_90():
     assert len(names) >= len(_activations.ACTIVATIONS) * 3
     program = compile_program(_pointwise.source(), "sm_90", names)
     assert program.kind == "cubin"
+
+
+CACHED = {  # the activations whose out-of-place form takes the ops' cached path
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+    "silu": F.silu,
+    "sigmoid": F.sigmoid,
+    "tanh": F.tanh,
+}
+
+
+@pytest.mark.parametrize("dt", FLOATS + [vram.int32], ids=lambda d: d.name)
+@pytest.mark.parametrize("name", sorted(CACHED))
+def test_the_cached_activation_path_is_the_general_one(name, dt):
+    """F's cached path (``_math.unary_fast``) against ``_math.unary`` (the general path),
+    bit for bit, for contiguous, strided, transposed, 0-dim and empty inputs, twice each
+    (the second call from the cache)."""
+    from vram.ops import _math
+
+    if dt is vram.int32 and name != "relu":
+        pytest.skip("PyTorch refuses integer input here")
+    x = vram.tensor(np.random.default_rng(1).uniform(-4, 4, (5, 8)).astype(dt.np), device=SIM)
+    for t in (x, x[:, ::3], x.t(), x[2, 3], x[:0]):
+        for _ in range(2):
+            got, want = CACHED[name](t), _math.unary(name, t)
+            assert (got.dtype, got.shape, got.stride()) == (want.dtype, want.shape, want.stride())
+            assert np.array_equal(got.numpy(), want.numpy(), equal_nan=True)

@@ -84,6 +84,8 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 def _activation(name: str, input: Any, inplace: bool) -> Tensor:  # noqa: A002
+    if type(input) is Tensor and not inplace:  # the ops' cached path (as vram.exp's)
+        return _math.unary_fast(name)(input)
     if not isinstance(input, Tensor):
         raise TypeError(f"{name}(): argument 'input' must be Tensor, not {type(input).__name__}")
     return _math.unary(name, input, out=input if inplace else None)

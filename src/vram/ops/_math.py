@@ -7,6 +7,7 @@ and call the engine (``_pointwise.run``).
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import Any
@@ -134,6 +135,7 @@ __all__ = [
     "true_divide",
     "trunc",
     "unary",
+    "unary_fast",
     "where",
     "xlogy",
 ]
@@ -960,8 +962,14 @@ def _torch_name(dt: dtype) -> str:
     return _TORCH_NAMES[dt.name]
 
 
+@functools.cache
+def unary_fast(name: str) -> Any:
+    """``name``'s cached path for a Tensor and no ``out`` (``unary_operator``), one per op."""
+    return unary_operator(UNARY[name])
+
+
 def _unary_function(name: str) -> Any:
-    fast = unary_operator(UNARY[name])
+    fast = unary_fast(name)
 
     def function(input: Tensor, *, out: Tensor | None = None) -> Tensor:  # noqa: A002
         if out is None and type(input) is Tensor:
