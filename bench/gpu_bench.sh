@@ -5,11 +5,13 @@
 #   BEFORE=DIR bash bench/gpu_bench.sh
 #
 # 1. bench/eager.py: host time per call of vram, PyTorch and CuPy, interleaved round by round
-#    (the rows of issue 31's table and the ops after them);
+#    (the rows of issue 31's table and the ops after them), and bench/eager_device.py: the
+#    device's time per call of the same rows;
 # 2. bench/alloc.py and bench/trace_ops.py: the allocator against PyTorch and CuPy, and
 #    BEFORE's src/ (an older commit's) against this tree's, each alone in its process;
 # 3. bench/eager.py --decoder: a GPT-2-small decoder block, vram against PyTorch eager;
-# 4. bench/eager_reduce.py at 64M elements: GB/s of add, exp, sum, softmax and layer_norm.
+# 4. bench/eager_reduce.py at 64M elements: GB/s of add, exp, sum, softmax and layer_norm
+#    (REDUCE=0 leaves it out).
 # Each step has a time limit of its own ($STEP_SECONDS, default 120), so that a slow one
 # cannot take the others' time. Logs and JSON go to $OUT (the JSON also into results.tar).
 set -uo pipefail
@@ -31,6 +33,7 @@ step() {  # step NAME COMMAND...: run with the step's limit, log to $OUT/NAME.tx
 }
 
 step eager python3 bench/eager.py --rounds 9 --calls 1000 --out "$RESULTS"
+step eager_device python3 bench/eager_device.py --out "$RESULTS"
 traces=/tmp/vram-traces
 mkdir -p "$traces" && cp tests/data/traces/*.pickle.xz "$traces"/
 step trace_ops python3 bench/trace_ops.py --traces "$traces" --repeats 5 \
@@ -47,4 +50,4 @@ if [ -n "${BEFORE:-}" ]; then
     done
 fi
 step decoder python3 bench/eager.py --decoder --out "$RESULTS"
-step reduce python3 bench/eager_reduce.py --sizes 64M --out "$RESULTS"
+[ "${REDUCE:-1}" = 1 ] && step reduce python3 bench/eager_reduce.py --sizes 64M --out "$RESULTS"
