@@ -187,6 +187,29 @@ def test_layer_norm_mixed_dtypes_and_layouts():
     close(F.layer_norm(on(a, CPU), (32,), on(w, CPU)), layer_norm_np(a, (32,), w).astype(a.dtype))
 
 
+def test_layer_norm_plans_follow_every_argument():
+    """Calls of one input shape interleaved (weights, their dtypes, layouts, devices) each
+    take their own plan, twice over (the second time from the cache)."""
+    a = sample(vram.float32, (6, 32), 12)
+    w16, w32 = sample(vram.bfloat16, (32,), 13), sample(vram.float32, (32,), 14)
+    b32 = sample(vram.float32, (32,), 15)
+    cases = [
+        (on(a), None, None, layer_norm_np(a, (32,))),
+        (on(a), on(w32), None, layer_norm_np(a, (32,), w32)),
+        (on(a), on(w32), on(b32), layer_norm_np(a, (32,), w32, b32)),
+        (on(a), None, on(b32), layer_norm_np(a, (32,), None, b32)),
+        (on(a.T.copy()).t(), on(w32), None, layer_norm_np(a, (32,), w32)),
+        (on(a, CPU), on(w32, CPU), None, layer_norm_np(a, (32,), w32)),
+    ]
+    for _ in range(2):
+        for x, w, b, want in cases:
+            got = F.layer_norm(x, (32,), w, b)
+            assert got.device == x.device and got.shape == (6, 32)
+            close(got, want.astype(np.float32))
+    with pytest.raises(RuntimeError):
+        F.layer_norm(on(a), (32,), on(w16))  # (float32 input, bfloat16 weight: refused)
+
+
 def test_layer_norm_errors():
     x = on(np.ones((2, 3), np.float32))
     with pytest.raises(TypeError, match="'normalized_shape' must be tuple of ints, not int"):

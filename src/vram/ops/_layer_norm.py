@@ -25,6 +25,7 @@ from ..driver._work import Arg, Kernel, Launch, Launcher, View
 from ._kernels import KERNEL_DIR, c_type
 from ._math import _torch_name
 from ._plans import launcher, new_tensor
+from ._pointwise import signature_id
 from ._pointwise import store as _put
 from ._promotion import kind, opmath
 from ._reduce import multiprocessors, plan_for
@@ -63,7 +64,7 @@ def _kernel() -> Kernel:
 
 def _signature(t: Any) -> Any:
     if isinstance(t, Tensor):
-        return (t.dtype, t._shape, t._stride, t._storage.device)
+        return t._sig or signature_id(t)
     return None if t is None else type(t)
 
 
@@ -143,7 +144,8 @@ class LayerNormPlan:
 
     def __call__(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
         device = self.device
-        result = new_tensor(self.shape, self.stride, self.dtype, device, self.nbytes)
+        stream = current_handle(device) if device.type != "cpu" else 0
+        result = new_tensor(self.shape, self.stride, self.dtype, device, self.nbytes, stream)
         if not self.numel:
             return result
         copy_x, copy_w, copy_b = self.copy
@@ -153,7 +155,6 @@ class LayerNormPlan:
             weight = weight.contiguous()
         if copy_b:
             bias = bias.contiguous()
-        stream = current_handle(device) if device.type != "cpu" else 0
         ptr = x._storage.ptr + x._offset * x.dtype.itemsize
         po = result._storage.ptr
         pw = (
@@ -245,10 +246,7 @@ def layer_norm(
     if isinstance(input, Tensor) and isinstance(normalized_shape, tuple):
         key = (
             "layer_norm",
-            input.dtype,
-            input._shape,
-            input._stride,
-            input._storage.device,
+            input._sig or signature_id(input),
             normalized_shape,
             _signature(weight),
             _signature(bias),
