@@ -204,3 +204,61 @@ def test_reshape_of_any_permuted_slice_matches_numpy(shape, data):
     np.testing.assert_array_equal(got.numpy(), values.reshape(new_shape))
     if shared(got, t):
         assert got.numpy().ctypes.data == t.numpy().ctypes.data
+
+
+# ---- Note [Layouts remembered] ---------------------------------------------------------------
+
+
+def _fresh(t: vram.Tensor, method: str, args: tuple) -> vram.Tensor:
+    """``method`` worked out with nothing remembered."""
+    vram._tensor._layouts.clear()
+    return getattr(t, method)(*args)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    perm=st.permutations([0, 1, 2, 3]),
+    sizes=st.sampled_from([(24, 5), (-1, 10), (2, 12, 5), (120,), (4, 3, 2, 5)]),
+    dims=st.tuples(st.integers(-4, 3), st.integers(-4, 3)),
+)
+def test_remembered_layouts_are_the_ones_worked_out(perm, sizes, dims):
+    """view, reshape, permute and transpose on sources of several layouts: the second call
+    (remembered) gives the shape, strides and values of a call worked out afresh."""
+    base, values = source((2, 3, 4, 5))
+    x = base.permute(*perm)
+    for method, args in (("permute", tuple(perm)), ("transpose", dims), ("reshape", sizes)):
+        want = _fresh(x, method, args)
+        for _ in range(2):
+            got = getattr(x, method)(*args)
+            assert (got.shape, got.stride(), got.storage_offset()) == (
+                want.shape, want.stride(), want.storage_offset()
+            )  # fmt: skip
+            assert shared(got, base) == shared(want, base)
+            assert np.array_equal(got.numpy(), want.numpy())
+    if x.is_contiguous():
+        assert x.view(*sizes).stride() == _fresh(x, "view", sizes).stride()
+
+
+def test_bools_and_floats_are_refused_after_their_ints_are_remembered():
+    t, _ = source((1, 3))
+    t.view(1, 3), t.permute(1, 0), t.transpose(1, 0), t.reshape(3, 1)  # remembered
+    for call in (
+        lambda: t.view(True, 3),
+        lambda: t.view(1.0, 3),
+        lambda: t.permute(True, 0),
+        lambda: t.transpose(True, 0),
+        lambda: t.reshape(3, True),
+    ):
+        with pytest.raises(TypeError):
+            call()
+    assert t.view((1, 3)).shape == t.view([1, 3]).shape == (1, 3)  # a tuple, a list
+
+
+def test_remembered_layouts_are_bounded():
+    vram._tensor._layouts.clear()
+    t = vram.empty(5000, device=SIM)
+    bound = vram._tensor._MAX_LAYOUTS
+    for n in range(1, bound + 100):  # one new source shape each: more layouts than the bound
+        t[:n].view(-1, 1)
+        assert len(vram._tensor._layouts) <= bound
+    assert t[:7].view(-1, 1).shape == (7, 1)

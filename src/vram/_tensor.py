@@ -224,6 +224,32 @@ class _Dispatch(dict):
 dispatch: dict[str, Callable[..., Any]] = _Dispatch()
 
 
+# Note [Layouts remembered]: a view's shape and strides follow from the source's shape and
+# strides and the call's int arguments alone; view, reshape (as a view), permute and
+# transpose keep what they worked out under those (bounded; cleared when full), so that a
+# model's repeated reshuffles of one activation's layout are one lookup. Arguments of any
+# other type (bools, floats, NumPy ints, lists) are not keys: bool and float compare equal
+# to ints, and PyTorch refuses them where vram checks below.
+_layouts: dict[Any, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+_MAX_LAYOUTS = 4096
+_INTS = frozenset((int,))
+
+
+def _plain_ints(args: tuple[Any, ...]) -> tuple[int, ...] | None:
+    """``args`` (or the one tuple in it) when every element is an int, else None."""
+    if len(args) == 1 and type(args[0]) is tuple:
+        args = args[0]
+    return args if {*map(type, args)} <= _INTS else None
+
+
+def _remember_layout(key: Any, layout: tuple) -> tuple:
+    if key is not None:
+        if len(_layouts) >= _MAX_LAYOUTS:
+            _layouts.clear()
+        _layouts[key] = layout
+    return layout
+
+
 class Tensor:
     """A strided n-dimensional array on a cuda, sim or cpu device (PyTorch's torch.Tensor)."""
 
@@ -394,25 +420,36 @@ class Tensor:
     def view(self, *shape: Any) -> Tensor:
         """The same elements with another shape, sharing memory; RuntimeError if the strides
         cannot express it (use ``reshape``)."""
-        new_shape = infer_shape(shape, self.numel())
-        strides = view_strides(self._shape, self._stride, new_shape)
-        if strides is None:
-            raise RuntimeError(
-                "view size is not compatible with input tensor's size and stride (at least one "
-                "dimension spans across two contiguous subspaces). Use .reshape(...) instead."
-            )
-        return self._view(new_shape, strides, self._offset)
+        sizes = _plain_ints(shape)
+        key = None if sizes is None else ("view", self._shape, self._stride, sizes)
+        found = _layouts.get(key)
+        if found is None:
+            new_shape = infer_shape(shape, self.numel())
+            strides = view_strides(self._shape, self._stride, new_shape)
+            if strides is None:
+                raise RuntimeError(
+                    "view size is not compatible with input tensor's size and stride (at least "
+                    "one dimension spans across two contiguous subspaces). Use .reshape(...) "
+                    "instead."
+                )
+            found = _remember_layout(key, (new_shape, strides))
+        return Tensor._make(self._storage, found[0], found[1], self._offset, self.dtype)
 
     def view_as(self, other: Tensor) -> Tensor:
         return self.view(other.shape)
 
     def reshape(self, *shape: Any) -> Tensor:
         """A view when the strides allow one, else a contiguous copy."""
-        new_shape = infer_shape(shape, self.numel())
-        strides = view_strides(self._shape, self._stride, new_shape)
-        if strides is not None:
-            return self._view(new_shape, strides, self._offset)
-        return self.contiguous().view(new_shape)
+        sizes = _plain_ints(shape)
+        key = None if sizes is None else ("view", self._shape, self._stride, sizes)
+        found = _layouts.get(key)
+        if found is None:
+            new_shape = infer_shape(shape, self.numel())
+            strides = view_strides(self._shape, self._stride, new_shape)
+            if strides is None:
+                return self.contiguous().view(new_shape)
+            found = _remember_layout(key, (new_shape, strides))
+        return Tensor._make(self._storage, found[0], found[1], self._offset, self.dtype)
 
     def reshape_as(self, other: Tensor) -> Tensor:
         return self.reshape(other.shape)
@@ -435,13 +472,18 @@ class Tensor:
 
     def transpose(self, dim0: int, dim1: int) -> Tensor:
         """Swap two dimensions (a view)."""
-        a, b = wrap_dim(dim0, self.ndim), wrap_dim(dim1, self.ndim)
-        if self.ndim == 0:
-            return self
-        shape, stride = list(self._shape), list(self._stride)
-        shape[a], shape[b] = shape[b], shape[a]
-        stride[a], stride[b] = stride[b], stride[a]
-        return self._view(shape, stride, self._offset)
+        plain = type(dim0) is int and type(dim1) is int
+        key = ("transpose", self._shape, self._stride, dim0, dim1) if plain else None
+        found = _layouts.get(key)
+        if found is None:
+            a, b = wrap_dim(dim0, self.ndim), wrap_dim(dim1, self.ndim)
+            if self.ndim == 0:
+                return self
+            shape, stride = list(self._shape), list(self._stride)
+            shape[a], shape[b] = shape[b], shape[a]
+            stride[a], stride[b] = stride[b], stride[a]
+            found = _remember_layout(key, (tuple(shape), tuple(stride)))
+        return Tensor._make(self._storage, found[0], found[1], self._offset, self.dtype)
 
     swapaxes = swapdims = transpose
 
@@ -469,9 +511,14 @@ class Tensor:
 
     def permute(self, *dims: Any) -> Tensor:
         """Reorder the dimensions (a view)."""
-        order = permute_order(dims, self.ndim)
-        shape = [self._shape[d] for d in order]
-        return self._view(shape, [self._stride[d] for d in order], self._offset)
+        order = _plain_ints(dims)
+        key = None if order is None else ("permute", self._shape, self._stride, order)
+        found = _layouts.get(key)
+        if found is None:
+            order = permute_order(dims, self.ndim)
+            shape = tuple(self._shape[d] for d in order)
+            found = _remember_layout(key, (shape, tuple(self._stride[d] for d in order)))
+        return Tensor._make(self._storage, found[0], found[1], self._offset, self.dtype)
 
     def movedim(self, source: Any, destination: Any) -> Tensor:
         """Dimensions ``source`` moved to positions ``destination`` (a view)."""
