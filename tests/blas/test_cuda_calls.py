@@ -656,3 +656,13 @@ def test_addmm_plans_follow_settings_and_arguments(mm_on_ref):
     with pytest.raises(TypeError):
         vram.addmm(c, a, b, beta="1")
     expect(vram.addmm(c, a, b, beta=True), host(c) + host(a) @ host(b), rtol=1e-3)
+
+
+def test_addmm_arguments_never_reach_a_linear_plan(mm_on_ref):
+    x, w, bias = rand((6, 5), 90), rand((7, 5), 91), rand((7,), 92)
+    vram.nn.functional.linear(x, w, bias)  # remembered
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):  # linear's operands
+        vram.addmm(bias, x, w, activation="linear")
+    for activation in ("linear", ["relu"]):  # no activation: refused, not run
+        with pytest.raises((RuntimeError, TypeError, ValueError), match="activation"):
+            vram.addmm(bias, x, w.t(), activation=activation)

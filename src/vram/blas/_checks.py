@@ -167,6 +167,6 @@ def scalar(op: str, name: str, value: object) -> float:
 
 
 def activation_code(op: str, activation: object) -> int:
-    if activation not in ACTIVATIONS:
+    if not (activation is None or type(activation) is str) or activation not in ACTIVATIONS:
         raise ValueError(f"{op}: 'activation' must be None, 'relu' or 'gelu', got {activation!r}")
     return ACTIVATIONS[activation]  # type: ignore[index]

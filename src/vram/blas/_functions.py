@@ -41,6 +41,7 @@ _DTYPES = frozenset(d.name for d in GEMM_DTYPES)
 _MAX_PLANS = 512  # mm problems remembered per thread; the oldest is dropped beyond
 _ALIGN_MASK = 255  # pointer bits below the largest alignment a plan asks about (256 bytes)
 _PLAIN_SCALARS = (int, float)  # beta and alpha of these exact types may be in a key
+_LINEAR = object()  # the activation slot of linear's keys (no argument of addmm's can be it)
 
 
 class _Plans(threading.local):
@@ -236,7 +237,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     it applies): leading dimensions of ``input`` are folded into the rows, as PyTorch does."""
     key = None
     if bias is not None:
-        key, pa, pb, _ = _add_key(bias, input, weight, 1, 1, "linear")
+        key, pa, pb, _ = _add_key(bias, input, weight, 1, 1, _LINEAR)
         found = _plans.add.get(key)  # type: ignore[arg-type]
         if found is not None:
             done = _run_planned(found, bias, None, None, pa, pb)
@@ -269,9 +270,13 @@ def _add_key(
     bias: Any, a: Any, b: Any, beta: Any, alpha: Any, activation: Any
 ) -> tuple[tuple | None, int, int, int]:
     """(key, a's, b's and the bias's data pointers) of an addmm (or, ``activation``
-    "linear", a linear) problem as Note [mm's plans] keys it; the key None where it cannot
-    be made (anything but tensors, scalars of other types)."""
-    if type(beta) not in _PLAIN_SCALARS or type(alpha) not in _PLAIN_SCALARS:
+    ``_LINEAR``, a linear) problem as Note [mm's plans] keys it; the key None where it
+    cannot be made (anything but tensors, scalars or activations of other types)."""
+    if (
+        type(beta) not in _PLAIN_SCALARS
+        or type(alpha) not in _PLAIN_SCALARS
+        or not (activation is None or type(activation) is str or activation is _LINEAR)
+    ):
         return None, 0, 0, 0
     try:
         size = a.dtype.itemsize
