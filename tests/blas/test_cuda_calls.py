@@ -51,6 +51,13 @@ class ReferenceBlas:
         ):  # fmt: skip
             monkeypatch.setattr(_cublas, name, getattr(self, name))
         monkeypatch.setattr(vram.memory, "get_workspace", self.get_workspace, raising=False)
+        monkeypatch.setattr(
+            vram.memory,
+            "current_workspace",
+            lambda nbytes, library, device, handle: self.get_workspace(
+                nbytes, library=library, device=device
+            ),
+        )
         cuda_halves(monkeypatch)
 
     # ---- handles and settings

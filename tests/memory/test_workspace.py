@@ -103,3 +103,22 @@ def test_bad_arguments_are_named(sim0, kwargs, error, message):
     with pytest.raises(error, match=message):
         get_workspace(**kwargs)
     assert get_workspace(0, library="cublas") == 0
+
+
+def test_the_current_workspace_is_get_workspaces(sim0):
+    """current_workspace (vram's libraries, with the current stream's handle) gives what
+    get_workspace gives, in any order of the two, growth included, on every stream."""
+    from vram.memory import current_workspace
+
+    device = vram.current_stream().device
+    side = vram.Stream()
+    for stream in (vram.current_stream(), side):
+        with vram.stream(stream):
+            handle = vram.current_stream().cuda_stream
+            first = current_workspace(4 * KiB, "cublaslt", device, handle)
+            assert first == get_workspace(4 * KiB, library="cublaslt") != 0
+            assert current_workspace(KiB, "cublaslt", device, handle) == first
+            grown = current_workspace(16 * KiB, "cublaslt", device, handle)
+            assert grown == get_workspace(16 * KiB, library="cublaslt")
+            assert current_workspace(0, "cublaslt", device, handle) == 0
+    assert vram.memory.memory_stats()["workspace_bytes.all.current"] == 2 * 16 * KiB

@@ -371,20 +371,22 @@ class _DirectPlan:
             pbias = po
         else:
             pbias = bias.data_ptr()
-        workspace = self._space() if self.workspace is not None else 0
-        self.run_gemm(stream_handle(self.device), po, pa, pb, pbias, alpha, beta, workspace)
+        handle = stream_handle(self.device)
+        workspace = self._space(handle) if self.workspace is not None else 0
+        self.run_gemm(handle, po, pa, pb, pbias, alpha, beta, workspace)
         if self.activation:
             _activate(out, self.activation)
 
     def product(self, out: Tensor, a: Tensor, b: Tensor, pa: int, pb: int, po: int) -> None:
         """``out = a @ b`` (mm's form of ``run``: alpha 1, no bias, no activation)."""
-        workspace = self._space() if self.workspace is not None else 0
-        self.run_gemm(stream_handle(self.device), po, pa, pb, po, 1.0, 0.0, workspace)
+        handle = stream_handle(self.device)
+        workspace = self._space(handle) if self.workspace is not None else 0
+        self.run_gemm(handle, po, pa, pb, po, 1.0, 0.0, workspace)
 
-    def _space(self) -> int:
-        """The library's workspace on the current stream."""
+    def _space(self, handle: int) -> int:
+        """The library's workspace on the current stream (whose handle is ``handle``)."""
         size, library = self.workspace
-        return _memory.get_workspace(size, library=library, stream=current_stream(self.device))
+        return _memory.current_workspace(size, library, self.device, handle)
 
 
 def _view(t: Tensor, like: Tensor) -> View:

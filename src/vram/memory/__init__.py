@@ -27,7 +27,7 @@ from ._pools import MemPool, PrivatePool, use_mem_pool
 from ._registry import allocate, allocator_for, made_allocator
 from ._sanitizer import StreamRace, StreamRaceWarning, stream_races
 from ._snapshot import _dump_snapshot, _record_memory_history, _snapshot, memory_snapshot
-from ._workspace import get_workspace
+from ._workspace import current_workspace, get_workspace
 
 __all__ = [
     "Allocation",
@@ -38,6 +38,7 @@ __all__ = [
     "_snapshot",
     "memory_snapshot",
     "get_workspace",
+    "current_workspace",
     "CachingHostAllocator",
     "PinnedAllocation",
     "allocate_pinned",

@@ -84,6 +84,19 @@ def get_workspace(
     return _grow(key, allocator, stream, nbytes)
 
 
+def current_workspace(nbytes: int, library: str, device: Device, handle: int) -> int:
+    """``get_workspace(nbytes, library=library, device=device)`` for vram's own libraries,
+    which hold ``handle``, the handle of ``device``'s current stream, already: the same
+    workspaces and the same growth, without the checks of arguments vram made itself (a
+    product's plan asks per call)."""
+    if nbytes:
+        allocator = _allocators.get(device) or allocator_for(device)
+        workspace = _workspaces.get((library, allocator, handle, threading.get_ident()))
+        if workspace is not None and workspace.nbytes >= nbytes:
+            return workspace.ptr
+    return get_workspace(nbytes, library=library, device=device)
+
+
 def _grow(key: tuple, allocator: DeviceCachingAllocator, stream: Stream, nbytes: int) -> int:
     with _lock:
         old = _workspaces.pop(key, None)
