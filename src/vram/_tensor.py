@@ -420,36 +420,37 @@ class Tensor:
     def view(self, *shape: Any) -> Tensor:
         """The same elements with another shape, sharing memory; RuntimeError if the strides
         cannot express it (use ``reshape``)."""
+        new_shape, strides = self._view_layout(shape)
+        if strides is None:
+            raise RuntimeError(
+                "view size is not compatible with input tensor's size and stride (at least one "
+                "dimension spans across two contiguous subspaces). Use .reshape(...) instead."
+            )
+        return Tensor._make(self._storage, new_shape, strides, self._offset, self.dtype)
+
+    def _view_layout(self, shape: tuple[Any, ...]) -> tuple[tuple[int, ...], Any]:
+        """(shape, strides) of a view of ``shape``'s sizes, remembered (Note [Layouts
+        remembered]); strides None where the memory cannot be viewed so."""
         sizes = _plain_ints(shape)
         key = None if sizes is None else ("view", self._shape, self._stride, sizes)
         found = _layouts.get(key)
-        if found is None:
-            new_shape = infer_shape(shape, self.numel())
-            strides = view_strides(self._shape, self._stride, new_shape)
-            if strides is None:
-                raise RuntimeError(
-                    "view size is not compatible with input tensor's size and stride (at least "
-                    "one dimension spans across two contiguous subspaces). Use .reshape(...) "
-                    "instead."
-                )
-            found = _remember_layout(key, (new_shape, strides))
-        return Tensor._make(self._storage, found[0], found[1], self._offset, self.dtype)
+        if found is not None:
+            return found
+        new_shape = infer_shape(shape, self.numel())
+        strides = view_strides(self._shape, self._stride, new_shape)
+        if strides is None:
+            return new_shape, None
+        return _remember_layout(key, (new_shape, strides))
 
     def view_as(self, other: Tensor) -> Tensor:
         return self.view(other.shape)
 
     def reshape(self, *shape: Any) -> Tensor:
         """A view when the strides allow one, else a contiguous copy."""
-        sizes = _plain_ints(shape)
-        key = None if sizes is None else ("view", self._shape, self._stride, sizes)
-        found = _layouts.get(key)
-        if found is None:
-            new_shape = infer_shape(shape, self.numel())
-            strides = view_strides(self._shape, self._stride, new_shape)
-            if strides is None:
-                return self.contiguous().view(new_shape)
-            found = _remember_layout(key, (new_shape, strides))
-        return Tensor._make(self._storage, found[0], found[1], self._offset, self.dtype)
+        new_shape, strides = self._view_layout(shape)
+        if strides is None:
+            return self.contiguous().view(new_shape)
+        return Tensor._make(self._storage, new_shape, strides, self._offset, self.dtype)
 
     def reshape_as(self, other: Tensor) -> Tensor:
         return self.reshape(other.shape)
