@@ -215,16 +215,12 @@ def addmm(
     """``act(beta * input + alpha * (mat1 @ mat2))`` (torch.addmm; ``activation`` "relu" or
     "gelu" is PyTorch's ``_addmm_activation``, fused into cuBLASLt's epilogue where it can
     be). ``input`` broadcasts to [M, N]; with ``beta == 0`` it is not read."""
+    key = None
     if out is None:
-        key, pa, pb, pc = _add_key(input, mat1, mat2, beta, alpha, activation)
-        found = _plans.add.get(key)  # type: ignore[arg-type]
-        if found is not None:
-            done = _run_planned(found, input, mat1, mat2, pa, pb)
-            if done is not None:
-                return done
-            key = None
-    else:
-        key = None
+        key, pa, pb = _add_key(input, mat1, mat2, beta, alpha, activation)
+        done = _run_remembered(key, input, mat1, mat2, pa, pb)
+        if done is not None:
+            return done
     names = ("input", "mat1", "mat2")
     return _add_product("addmm", names, input, mat1, mat2, beta, alpha, out, 2, activation, key)
 
@@ -237,13 +233,10 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     it applies): leading dimensions of ``input`` are folded into the rows, as PyTorch does."""
     key = None
     if bias is not None:
-        key, pa, pb, _ = _add_key(bias, input, weight, 1, 1, _LINEAR)
-        found = _plans.add.get(key)  # type: ignore[arg-type]
-        if found is not None:
-            done = _run_planned(found, bias, None, None, pa, pb)
-            if done is not None:
-                return done
-            key = None
+        key, pa, pb = _add_key(bias, input, weight, 1, 1, _LINEAR)
+        done = _run_remembered(key, bias, None, None, pa, pb)
+        if done is not None:
+            return done
     x = _checks.tensor_arg("linear", "input", input)
     w = _checks.tensor_arg("linear", "weight", weight)
     _checks.rank("linear", "weight", w, 2)
@@ -268,8 +261,8 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 def _add_key(
     bias: Any, a: Any, b: Any, beta: Any, alpha: Any, activation: Any
-) -> tuple[tuple | None, int, int, int]:
-    """(key, a's, b's and the bias's data pointers) of an addmm (or, ``activation``
+) -> tuple[tuple | None, int, int]:
+    """(key, a's and b's data pointers) of an addmm (or, ``activation``
     ``_LINEAR``, a linear) problem as Note [mm's plans] keys it; the key None where it
     cannot be made (anything but tensors, scalars or activations of other types)."""
     if (
@@ -277,7 +270,7 @@ def _add_key(
         or type(alpha) not in _PLAIN_SCALARS
         or not (activation is None or type(activation) is str or activation is _LINEAR)
     ):
-        return None, 0, 0, 0
+        return None, 0, 0
     try:
         size = a.dtype.itemsize
         pa = a._storage.ptr + a._offset * size
@@ -289,16 +282,19 @@ def _add_key(
             activation, _backends.generation, _tunable.state.generation,
         )  # fmt: skip
     except AttributeError:
-        return None, 0, 0, 0
-    return key, pa, pb, pc
+        return None, 0, 0
+    return key, pa, pb
 
 
-def _run_planned(
-    found: tuple, bias: Tensor, a: Tensor | None, b: Tensor | None, pa: int, pb: int
+def _run_remembered(
+    key: tuple | None, bias: Tensor, a: Tensor | None, b: Tensor | None, pa: int, pb: int
 ) -> Tensor | None:
-    """A remembered addmm or linear problem (``found``: its entry) queued into a new
-    result; None where the result is less aligned than the plan may assume (the caller
-    then takes the checked route)."""
+    """The addmm or linear problem remembered under ``key``, queued into a new result; None
+    where none is (or the result is less aligned than the plan may assume: the caller then
+    takes the checked route)."""
+    found = _plans.add.get(key)  # type: ignore[arg-type]
+    if found is None:
+        return None
     plan, shape, stride, nbytes, sig, beta, alpha = found
     out = new_tensor(shape, stride, bias.dtype, bias._storage.device, nbytes)
     po = out._storage.ptr
@@ -360,7 +356,8 @@ def _add_product(
         return _finish(target, final)
     pa, pb, po = a.data_ptr(), b.data_ptr(), target.data_ptr()
     plan = plan_for(target, a, b, bias, beta, act, -1, pa | pb | po)
-    if linear_shape is None or plan.reads_pointers_only:
+    if not po & _ALIGN_MASK and (linear_shape is None or plan.reads_pointers_only):
+        # (a plan for a less aligned result is not what the key's next calls may assume)
         final_shape = linear_shape or shape
         stride = contiguous_strides(final_shape)
         nbytes = math.prod(final_shape) * target.dtype.itemsize
