@@ -76,12 +76,7 @@ def get_workspace(
         raise ValueError(f"stream: {stream} is not a stream of {as_device(device)}")
     if nbytes == 0:
         return 0
-    allocator = _allocators.get(found) or allocator_for(found)
-    key = (library, allocator, stream.cuda_stream, threading.get_ident())
-    workspace = _workspaces.get(key)
-    if workspace is not None and workspace.nbytes >= nbytes:
-        return workspace.ptr
-    return _grow(key, allocator, stream, nbytes)
+    return _workspace(library, found, stream.cuda_stream, stream, nbytes)
 
 
 def current_workspace(nbytes: int, library: str, device: Device, handle: int) -> int:
@@ -89,12 +84,22 @@ def current_workspace(nbytes: int, library: str, device: Device, handle: int) ->
     which hold ``handle``, the handle of ``device``'s current stream, already: the same
     workspaces and the same growth, without the checks of arguments vram made itself (a
     product's plan asks per call)."""
-    if nbytes:
-        allocator = _allocators.get(device) or allocator_for(device)
-        workspace = _workspaces.get((library, allocator, handle, threading.get_ident()))
-        if workspace is not None and workspace.nbytes >= nbytes:
-            return workspace.ptr
-    return get_workspace(nbytes, library=library, device=device)
+    if nbytes == 0:
+        return 0
+    return _workspace(library, device, handle, None, nbytes)
+
+
+def _workspace(
+    library: str, device: Device, handle: int, stream: Stream | None, nbytes: int
+) -> int:
+    """This thread's workspace of ``library`` on the stream ``handle`` of ``device``
+    (``stream``: that stream, None where it is the current one), grown to ``nbytes``."""
+    allocator = _allocators.get(device) or allocator_for(device)
+    key = (library, allocator, handle, threading.get_ident())
+    workspace = _workspaces.get(key)
+    if workspace is not None and workspace.nbytes >= nbytes:
+        return workspace.ptr
+    return _grow(key, allocator, stream if stream is not None else current_stream(device), nbytes)
 
 
 def _grow(key: tuple, allocator: DeviceCachingAllocator, stream: Stream, nbytes: int) -> int:
