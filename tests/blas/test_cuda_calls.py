@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -27,6 +28,16 @@ from vram.driver._work import LibraryCall
 
 _DTYPES = {code: name for name, code in _cublas.DATA_TYPES.items()}
 _EPILOGUES = {code: name for name, code in _cublas.EPILOGUES.items()}
+
+
+class _PointerAttribute:
+    """The reference's _cublas.PointerAttribute: ``set`` records the value in the desc."""
+
+    def __init__(self, desc: dict, name: str) -> None:
+        self.desc, self.name = desc, name
+
+    def set(self, pointer: int) -> None:
+        self.desc[self.name] = pointer
 
 
 class ReferenceBlas:
@@ -46,7 +57,7 @@ class ReferenceBlas:
         for name in (
             "use_device", "handle", "lt_handle", "set_stream", "set_workspace", "set_math_mode",
             "gemm_ex", "gemm_strided_batched_ex", "matmul_desc", "set_matmul_desc",
-            "matrix_layout", "matmul_preference", "heuristics", "lt_matmul",
+            "PointerAttribute", "matrix_layout", "matmul_preference", "heuristics", "lt_matmul",
             "destroy_matmul_desc", "destroy_matrix_layout", "versions",
         ):  # fmt: skip
             monkeypatch.setattr(_cublas, name, getattr(self, name))
@@ -98,6 +109,9 @@ class ReferenceBlas:
 
     def set_matmul_desc(self, desc: int, name: str, value: int) -> None:
         self.descs[desc][name] = value
+
+    def PointerAttribute(self, desc: int, name: str) -> Any:  # noqa: N802 (_cublas's class)
+        return _PointerAttribute(self.descs[desc], name)
 
     def matrix_layout(self, data, rows, cols, ld, batch=1, stride=0) -> int:
         assert ld >= max(rows, 1), "cuBLASLt requires ld >= rows"

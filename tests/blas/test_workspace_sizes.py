@@ -19,8 +19,8 @@ def _clean_env(monkeypatch):
 def test_defaults_hopper_and_others():
     assert cublas_workspace_size(9, 0) == 32 * MiB  # :4096:8
     assert cublas_workspace_size(8, 0) == 8 * MiB + 128 * KiB  # :4096:2:16:8
-    assert cublaslt_workspace_size(9, 0) == 32 * MiB  # unified: all of cuBLAS's
-    assert cublaslt_workspace_size(8, 0) == 8 * MiB + 128 * KiB
+    assert cublaslt_workspace_size(9, 0) == 1 * MiB  # pytorch#73328, unified or not
+    assert cublaslt_workspace_size(8, 0) == 1 * MiB
     assert cublaslt_workspace_library() == "cublas"
 
 
@@ -49,12 +49,13 @@ def test_cublaslt_size_in_kib_capped_by_cublas_unless_not_unified(monkeypatch):
     monkeypatch.setenv("CUBLASLT_WORKSPACE_SIZE", "4096")
     assert cublaslt_workspace_size(9, 0) == 4 * MiB
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
-    assert cublaslt_workspace_size(9, 0) == 128 * KiB
+    with pytest.warns(RuntimeWarning, match="exceeds CUBLAS workspace size of 131072 bytes"):
+        assert cublaslt_workspace_size(9, 0) == 128 * KiB
     monkeypatch.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "0")
     assert cublaslt_workspace_size(9, 0) == 4 * MiB
     monkeypatch.setenv("CUBLASLT_WORKSPACE_SIZE", "lots")
     with pytest.warns(RuntimeWarning, match="invalid CUBLASLT_WORKSPACE_SIZE"):
         assert cublaslt_workspace_size(9, 0) == 1 * MiB
     monkeypatch.delenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE")
-    with pytest.warns(RuntimeWarning, match="default workspace size of 128 KiB"):
-        assert cublaslt_workspace_size(9, 0) == 128 * KiB  # unified: all of cuBLAS's
+    with pytest.warns(RuntimeWarning, match="default workspace size of 1024 KiB"):
+        assert cublaslt_workspace_size(9, 0) == 128 * KiB  # unified: capped at cuBLAS's

@@ -224,7 +224,7 @@ class _LtPlan:
     __slots__ = (
         "swap", "index", "lt", "desc", "layouts", "la", "lb", "lc", "algo", "algo_ptr",
         "ws_bytes", "workspace", "scalars", "alpha_ptr", "beta_ptr", "beta_mode", "fused",
-        "bias_ptr", "alpha", "beta", "takes_bias",
+        "bias_ptr", "bias_attr", "alpha", "beta", "takes_bias",
     )  # fmt: skip
 
     applies_activation = True  # (the epilogue)
@@ -263,6 +263,7 @@ class _LtPlan:
         self.fused = bias == ROW
         self.takes_bias = self.fused
         self.bias_ptr = 0
+        self.bias_attr = _cublas.PointerAttribute(desc, "BIAS_POINTER") if self.fused else None
 
     def run(
         self,
@@ -281,7 +282,7 @@ class _LtPlan:
             self.scalars[0] = self.alpha = alpha
         if self.fused:
             if pbias != self.bias_ptr:
-                _cublas.set_matmul_desc(self.desc, "BIAS_POINTER", pbias)
+                self.bias_attr.set(pbias)
                 self.bias_ptr = pbias
         elif self.beta_mode and beta != self.beta:
             self.scalars[1] = self.beta = beta

@@ -4,11 +4,13 @@
   (``:4096:8`` is 8 buffers of 4096 KiB, 32 MiB in all; the sizes add up). Unset: 32 MiB on
   a Hopper GPU (compute capability 9.0), else ``:4096:2:16:8`` (8 MiB + 128 KiB). A value
   that holds no ``:SIZE:COUNT`` pair is warned about and the default used.
-- cuBLASLt: unified with cuBLAS unless ``TORCH_CUBLASLT_UNIFIED_WORKSPACE=0``, as current
-  PyTorch: then cuBLASLt calls use the cuBLAS workspace of their stream, and may use all of
-  it (``CUBLASLT_WORKSPACE_SIZE`` in KiB asks for less; more is capped at the cuBLAS size).
-  Not unified: a workspace of its own, ``CUBLASLT_WORKSPACE_SIZE`` KiB (default 1024,
-  pytorch#73328).
+- cuBLASLt: ``CUBLASLT_WORKSPACE_SIZE`` KiB (default 1024, pytorch#73328) offered to its
+  heuristic. Unified with cuBLAS unless ``TORCH_CUBLASLT_UNIFIED_WORKSPACE=0``, as current
+  PyTorch: cuBLASLt calls then take the cuBLAS workspace of their stream, and a larger size
+  is capped at the cuBLAS size (with PyTorch's warning); not unified, a workspace of its
+  own. The size decides which algorithms the heuristic may pick: with all 32 MiB of a
+  Hopper's cuBLAS workspace it picks split-K (two kernels: twice the launches) for small
+  products where PyTorch's 1 MiB gets one kernel.
 
 The buffers themselves come from ``vram.memory.get_workspace``: one per (library, device,
 stream, thread), kept across calls; ``cublaslt_workspace_library()`` names the one cuBLASLt
@@ -61,8 +63,7 @@ def cublaslt_workspace_library() -> str:
 
 def cublaslt_workspace_size(major: int, minor: int) -> int:
     """Bytes of cuBLASLt workspace for a GPU of compute capability ``major.minor``."""
-    unified = _unified()
-    default_kib = cublas_workspace_size(major, minor) // _KiB if unified else _LT_DEFAULT_KiB
+    default_kib = _LT_DEFAULT_KiB
     text = os.environ.get("CUBLASLT_WORKSPACE_SIZE")
     kib = default_kib
     if text is not None:
@@ -76,6 +77,16 @@ def cublaslt_workspace_size(major: int, minor: int) -> int:
                 stacklevel=2,
             )
     size = max(kib, 0) * _KiB
-    if unified:
-        size = min(size, cublas_workspace_size(major, minor))
+    if _unified():
+        cublas = cublas_workspace_size(major, minor)
+        if cublas < size:
+            warnings.warn(
+                f"Requested unified CUBLASLT workspace size of {size} bytes exceeds CUBLAS "
+                f"workspace size of {cublas} bytes. Please increase CUBLAS workspace size via "
+                "CUBLAS_WORKSPACE_CONFIG or decrease requested CUBLASLT_WORKSPACE_SIZE. "
+                "Otherwise CUBLASLT workspace size will be limited to the CUBLAS workspace size.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            size = cublas
     return size

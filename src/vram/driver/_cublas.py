@@ -36,6 +36,7 @@ __all__ = [
     "gemm_strided_batched_ex",
     "matmul_desc",
     "set_matmul_desc",
+    "PointerAttribute",
     "matrix_layout",
     "matmul_preference",
     "heuristics",
@@ -351,6 +352,26 @@ def set_matmul_desc(desc: int, name: str, value: int) -> None:
     _set_attribute(
         "cublasLtMatmulDescSetAttribute", lt.matmul_desc_set_attribute, desc, attr, dtype, value
     )
+
+
+class PointerAttribute:
+    """One pointer-valued attribute of a matmul descriptor ("BIAS_POINTER"), set by one
+    library call per change: the attribute's number is looked up once, and the value goes
+    through a buffer this object holds (cuBLASLt copies it during the call)."""
+
+    __slots__ = ("desc", "attr", "buffer", "address", "setter")
+
+    def __init__(self, desc: int, name: str) -> None:
+        _, lt = _load()
+        self.desc = desc
+        self.attr = int(lt.MatmulDescAttribute[name])
+        self.buffer = np.zeros(1, dtype=np.uint64)
+        self.address = self.buffer.ctypes.data
+        self.setter = lt.matmul_desc_set_attribute
+
+    def set(self, pointer: int) -> None:
+        self.buffer[0] = pointer
+        _call("cublasLtMatmulDescSetAttribute", self.setter, self.desc, self.attr, self.address, 8)
 
 
 def matrix_layout(
