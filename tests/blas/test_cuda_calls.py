@@ -402,6 +402,19 @@ def test_a_bias_row_is_fused_into_cublaslts_epilogue(ref, library, activation):
     assert info["BIAS_POINTER"] == bias.data_ptr()
 
 
+def test_one_plan_follows_each_calls_bias_row(ref):
+    vram.backends.cuda.preferred_blas_library("cublaslt")
+    a, b = rand((6, 5), 12), rand((5, 7), 13)
+    first, second = rand((7,), 14), rand((7,), 15)
+    out = vram.empty((6, 7), device="sim:0")
+    run(out, a, b, first, beta=1.0)
+    descriptors = len(ref.descs)
+    for bias in (second, first, first, second):  # the epilogue reads the pointer each call sets
+        expect(run(out, a, b, bias, beta=1.0), host(bias) + host(a) @ host(b))
+        assert ref.calls[-1][1]["BIAS_POINTER"] == bias.data_ptr()
+    assert len(ref.descs) == descriptors  # (one plan: its descriptor updated, none made)
+
+
 def test_a_full_bias_is_copied_into_out_and_activation_follows_cublas(ref):
     vram.backends.cuda.preferred_blas_library("cublas")
     a, b, bias = rand((6, 5), 9), rand((5, 7), 10), rand((6, 7), 11)
