@@ -286,7 +286,6 @@ class _LtPlan:
                 self.bias_ptr = pbias
         elif self.beta_mode and beta != self.beta:
             self.scalars[1] = self.beta = beta
-        _cublas.use_device(self.index)
         lc = self.lc
         if self.swap:
             pa, pb = pb, pa
@@ -350,7 +349,6 @@ class _BlasPlan:
         beta_ptr = alpha_ptr + scalars.itemsize
         index = self.index
         handle = _cublas.handle(index)
-        _cublas.use_device(index)
         _cublas.set_stream(handle, stream)
         _cublas.set_workspace(handle, workspace, self.size)
         _cublas.set_math_mode(handle, self.math)

@@ -742,9 +742,11 @@ class CudaDriver(Driver):
         them; another thread gets a copy of its own on its first run."""
         work = launch.work
         if isinstance(work, LibraryCall):
-            call, values = work.cuda, launch.values
+            call, values, tls = work.cuda, launch.values, self._tls
 
             def run_call(stream: int, *args: Any) -> None:
+                if tls.context_device != device:
+                    self._use(device)
                 call(self, device, stream, *args, *values)
                 if self.launch_blocking:
                     self._wait_blocking(stream, work.name, launch.entry)

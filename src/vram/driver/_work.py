@@ -75,8 +75,9 @@ class Kernel:
 @dataclass(frozen=True, eq=False)
 class LibraryCall:
     """A CUDA library call: ``cuda(driver, device, stream, *args)`` queues it through the
-    driver's library handles; ``reference`` does the same on host arrays (views for the
-    per-call pointers that have a ``View``)."""
+    driver's library handles, called with ``device``'s context current (as a kernel is
+    launched); ``reference`` does the same on host arrays (views for the per-call pointers
+    that have a ``View``)."""
 
     name: str
     cuda: Callable[..., None]
