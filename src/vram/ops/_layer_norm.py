@@ -29,7 +29,7 @@ from ._pointwise import signature_id
 from ._pointwise import store as _put
 from ._promotion import kind, opmath
 from ._reduce import multiprocessors, plan_for
-from ._rows import row_layout
+from ._rows import RowLayout, row_layout
 
 __all__ = ["layer_norm", "LayerNormPlan"]
 
@@ -83,11 +83,18 @@ class LayerNormPlan:
         "run_vec",
         "scalar_launch",
         "eps_format",
+        "launches",
     )
 
     def __init__(
-        self, x: Tensor, shape: tuple[int, ...], weight: Tensor | None, bias: Tensor | None
+        self,
+        x: Tensor,
+        shape: tuple[int, ...],
+        weight: Tensor | None,
+        bias: Tensor | None,
+        layout: RowLayout | None = None,
     ) -> None:
+        """``layout``: of the rows, instead of ``row_layout``'s."""
         device = x.device
         self.device = device
         self.shape = x._shape
@@ -116,7 +123,8 @@ class LayerNormPlan:
         )
         self.eps_format = "f" if compute is float32 else "d"
         types = f"{c_type(x.dtype)}, {c_type(w)}, {c_type(compute)}"
-        layout = row_layout(n, rows, item, compute.itemsize, multiprocessors(device))
+        if layout is None:
+            layout = row_layout(n, rows, item, compute.itemsize, multiprocessors(device))
         kernel = _kernel()
 
         def launch(vec: int) -> Launch:
@@ -135,10 +143,12 @@ class LayerNormPlan:
             return Launch(kernel, entry, grid, block, params, views, (compute.np,))
 
         self.scalar_launch = launch(1)
+        self.launches = (self.scalar_launch,)  # what it launches (the aligned case's)
         self.run_vec: Launcher | None = None
         self.run: Launcher | None = None
         if layout.vec > 1 and device.type != "cpu":
-            self.run_vec = launcher(device, launch(layout.vec))
+            self.launches = (launch(layout.vec),)
+            self.run_vec = launcher(device, self.launches[0])
         else:
             self.run = launcher(device, self.scalar_launch)
 
@@ -164,7 +174,7 @@ class LayerNormPlan:
         )
         pb = bias._storage.ptr + bias._offset * bias.dtype.itemsize if bias is not None else 0
         run = self.run_vec
-        if run is None or (ptr | po) & 15:
+        if run is None or (ptr | po | pw | pb) & 15:
             run = self.run
             if run is None:
                 run = self.run = launcher(device, self.scalar_launch)

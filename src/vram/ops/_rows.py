@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ._reduce import next_pow2
 
-__all__ = ["RowLayout", "row_layout"]
+__all__ = ["RowLayout", "row_layout", "register_layout"]
 
 _WARP_ELEMENTS = 32  # float elements a thread of a warp-wide row keeps in registers
 _BLOCK_ELEMENTS = 16  # and of a block-wide row
@@ -45,26 +45,44 @@ class RowLayout:
 def row_layout(n: int, rows: int, itemsize: int, compute_size: int, sms: int) -> RowLayout:
     """The layout for ``rows`` rows of ``n`` elements (``itemsize``: the wider of the input
     and output element sizes; ``compute_size``: of the compute type)."""
-    vec = 16 // itemsize if n % (16 // itemsize) == 0 else 1
+    vec = _vec(n, itemsize)
     per_warp = _WARP_ELEMENTS * 4 // compute_size  # half as many doubles
     per_block = _BLOCK_ELEMENTS * 4 // compute_size
     vectors = max(1, -(-n // vec))
     if n <= 32 * per_warp:
         threads = min(32, next_pow2(vectors))
-        items = next_pow2(-(-vectors // threads))
-        bound = _SMALL_BLOCK
-        per_block_rows = _SMALL_BLOCK // threads
-    elif n <= _BLOCK * per_block:
+        return _in_registers(n, rows, vec, sms, threads, _SMALL_BLOCK // threads, _SMALL_BLOCK)
+    if n <= _BLOCK * per_block:
         threads = min(_BLOCK, max(64, next_pow2(-(-vectors // max(1, per_block // vec)))))
-        items = next_pow2(-(-vectors // threads))
-        bound = _BLOCK
-        per_block_rows = max(1, 256 // threads)
-    else:
-        blocks = max(1, min(rows, sms * 2))
-        return RowLayout(True, vec, 1, _ONLINE_THREADS, 1, _ONLINE_THREADS, blocks)
+        return _in_registers(n, rows, vec, sms, threads, max(1, 256 // threads), _BLOCK)
+    blocks = max(1, min(rows, sms * 2))
+    return RowLayout(True, vec, 1, _ONLINE_THREADS, 1, _ONLINE_THREADS, blocks)
+
+
+def register_layout(
+    n: int, rows: int, itemsize: int, sms: int, threads: int, rows_per_block: int, bound: int
+) -> RowLayout:
+    """A layout of rows in registers with ``threads`` (a power of two) per row, at most
+    ``rows_per_block`` rows a block, ``bound`` the kernel's __launch_bounds__ (at least
+    ``threads * rows_per_block``): what ``row_layout`` picks among, for benchmarks that
+    compare the choices."""
+    if threads & (threads - 1) or threads * rows_per_block > bound or bound > _BLOCK:
+        raise ValueError(f"no row layout of {threads} threads x {rows_per_block} rows in {bound}")
+    return _in_registers(n, rows, _vec(n, itemsize), sms, threads, rows_per_block, bound)
+
+
+def _vec(n: int, itemsize: int) -> int:
+    return 16 // itemsize if n % (16 // itemsize) == 0 else 1
+
+
+def _in_registers(
+    n: int, rows: int, vec: int, sms: int, threads: int, per_block_rows: int, bound: int
+) -> RowLayout:
+    vectors = max(1, -(-n // vec))
+    items = next_pow2(-(-vectors // threads))
     # rows per block: fewer for few rows, so that more blocks share them
     by = max(1, min(per_block_rows, next_pow2(-(-rows // sms))))
     by = max(by, 32 // threads)
-    resident = sms * (2048 // (threads * by))
+    resident = sms * max(1, 2048 // (threads * by))
     grid = max(1, min(-(-rows // by), resident * 8))
     return RowLayout(False, vec, items, threads, by, bound, grid)

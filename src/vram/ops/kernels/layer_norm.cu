@@ -5,7 +5,8 @@
 //
 // - layer_norm_rows: blockDim.x threads per row, blockDim.y rows per block; each thread keeps
 //   ITEMS vectors of VEC elements of its row in registers: one read (the mean, then the sum
-//   of squared deviations from it, both in registers), one write.
+//   of squared deviations from it, both in registers), one write; weight and bias are read
+//   in 16-byte loads beside the row's vectors.
 // - layer_norm_online (rows longer than registers hold): one row per block, Welford's mean
 //   and sum of squares in one pass, a second pass writes.
 
@@ -32,6 +33,19 @@ __device__ inline C affine(C x, const W* __restrict__ weight, const W* __restric
     if (weight != nullptr) x *= convert<C>(weight[at]);
     if (bias != nullptr) x += convert<C>(bias[at]);
     return x;
+}
+
+// VEC values of a weight or bias at `at` (a multiple of VEC), in 16-byte loads (the
+// parameter's start 16-byte aligned: the plan sees to it).
+template <int VEC, typename C, typename W>
+__device__ inline void load_params(C (&dst)[VEC], const W* __restrict__ p, int at) {
+    constexpr int kPiece = 16 / sizeof(W) < VEC ? 16 / sizeof(W) : VEC;
+#pragma unroll
+    for (int c = 0; c < VEC / kPiece; ++c) {
+        const Vec<kPiece, W> q = load_vec<kPiece>(p + at + c * kPiece);
+#pragma unroll
+        for (int k = 0; k < kPiece; ++k) dst[c * kPiece + k] = convert<C>(q.v[k]);
+    }
 }
 
 template <typename In, typename W, typename C, int VEC, int ITEMS, int THREADS>
@@ -64,9 +78,33 @@ __global__ void __launch_bounds__(THREADS)
         }
         const C rstd = m_rsqrt(group_allreduce(q, sum_of, scratch) / C(n) + eps);
         if (!active) continue;
-        store_row<VEC, ITEMS>(out + row * n, n, [&](int i, int k, int at) {
-            return affine((v[i][k] - mean) * rstd, weight, bias, at);
-        });
+        In* dst = out + row * n;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            const int at = row_at<VEC>(i);
+            if (at + VEC <= n) {  // a whole vector: weight and bias as vectors too
+                C w[VEC], b[VEC];
+                if (weight != nullptr) load_params(w, weight, at);
+                if (bias != nullptr) load_params(b, bias, at);
+                Vec<VEC, In> p;
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) {
+                    C y = (v[i][k] - mean) * rstd;
+                    if (weight != nullptr) y *= w[k];
+                    if (bias != nullptr) y += b[k];
+                    p.v[k] = convert<In>(y);
+                }
+                *reinterpret_cast<Vec<VEC, In>*>(dst + at) = p;
+            } else {
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) {
+                    if (at + k < n) {
+                        dst[at + k] = convert<In>(affine((v[i][k] - mean) * rstd, weight, bias,
+                                                         at + k));
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -11,8 +11,8 @@
 //   first. For the index ops the reduced dims keep the tensor's order, so r is the index
 //   torch reports; for the others they are in memory order.
 // - reduce_inner: blockDim.x threads share an output and walk its reduced range (16-byte
-//   vector loads when the range is contiguous and aligned: VEC > 1); blockDim.y outputs
-//   per block. reduce_outer: blockDim.x threads take consecutive outputs (coalesced when
+//   vector loads when the range is contiguous and aligned: VEC > 1, UNROLL of them in
+//   flight, folded into ACCS accumulators); blockDim.y outputs per block. reduce_outer: blockDim.x threads take consecutive outputs (coalesced when
 //   the innermost kept dim is contiguous) and blockDim.y threads split the reduced range,
 //   combined through shared memory. gridDim.y > 1 splits the reduced range across blocks:
 //   each writes its accumulator to `partials` [outputs, splits] and reduce_partials (a
@@ -21,7 +21,7 @@
 namespace vram {
 
 constexpr int kReduceDims = 16;  // dims of each list after coalescing (MAX_REDUCE_DIMS)
-constexpr int kUnroll = 4;       // loads in flight per thread
+constexpr int kUnroll = 4;       // loads in flight per thread of a strided range
 
 // Python packs this struct with NumPy (ops/_reduce.py: layout_dtype); keep both in step.
 template <typename Index> struct ReduceLayout {
@@ -260,33 +260,46 @@ template <typename A> struct LogSumExpOp {
 
 // ---- folding one output's range ----------------------------------------------------------
 // [begin, end) of a contiguous range at `row`, VEC elements a load (row and begin aligned),
-// kUnroll loads in flight; the tail element by element.
-template <int VEC, typename D, typename Op, typename In, typename Index>
+// UNROLL loads in flight; the tail element by element. Load u of a step folds into
+// accumulator u % ACCS: ACCS independent chains, combined at the end (combine is
+// commutative and the index ops break ties by index, so any grouping gives their result).
+template <int VEC, int UNROLL, int ACCS, typename D, typename Op, typename In, typename Index>
 __device__ inline typename Op::acc fold_contiguous(const Op& op, typename Op::acc acc,
                                                    const In* __restrict__ row, Index begin,
                                                    Index end, Index lane, Index lanes) {
+    static_assert(UNROLL % ACCS == 0, "the unrolled loads fold evenly into the accumulators");
+    using Acc = typename Op::acc;
     const Index step = lanes * VEC;
     const Index vend = begin + (end - begin) / VEC * VEC;
     Index r = begin + lane * VEC;
-    for (; r + (kUnroll - 1) * step < vend; r += kUnroll * step) {
-        Vec<VEC, In> p[kUnroll];
+    Acc part[ACCS];
+    part[0] = acc;
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) p[u] = load_vec<VEC>(row + r + u * step);
+    for (int a = 1; a < ACCS; ++a) part[a] = op.identity();
+    for (; r + (UNROLL - 1) * step < vend; r += UNROLL * step) {
+        Vec<VEC, In> p[UNROLL];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
+        for (int u = 0; u < UNROLL; ++u) p[u] = load_vec<VEC>(row + r + u * step);
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
             for (int k = 0; k < VEC; ++k) {
-                acc = op.reduce(acc, convert<D>(p[u].v[k]), r + u * step + k);
+                part[u % ACCS] =
+                    op.reduce(part[u % ACCS], convert<D>(p[u].v[k]), r + u * step + k);
             }
         }
     }
     for (; r < vend; r += step) {
         const Vec<VEC, In> p = load_vec<VEC>(row + r);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) acc = op.reduce(acc, convert<D>(p.v[k]), r + k);
+        for (int k = 0; k < VEC; ++k) part[0] = op.reduce(part[0], convert<D>(p.v[k]), r + k);
     }
-    for (Index t = vend + lane; t < end; t += lanes) acc = op.reduce(acc, convert<D>(row[t]), t);
-    return acc;
+    for (Index t = vend + lane; t < end; t += lanes) {
+        part[0] = op.reduce(part[0], convert<D>(row[t]), t);
+    }
+#pragma unroll
+    for (int a = 1; a < ACCS; ++a) part[0] = op.combine(part[0], part[a]);
+    return part[0];
 }
 
 // [begin, end) of a strided range: element r at base[reduced(r)].
@@ -322,7 +335,7 @@ __device__ inline void finish(const Op& op, const typename Op::acc& acc, Out* ou
 
 // ---- the kernels -----------------------------------------------------------------------------
 template <typename Op, typename In, typename D, typename Out, typename Out2, typename Index,
-          int VEC>
+          int VEC, int UNROLL, int ACCS>
 __global__ void __launch_bounds__(512, 4)
     reduce_inner(Op op, const In* __restrict__ in, Out* __restrict__ out,
                  Out2* __restrict__ out2, typename Op::acc* __restrict__ partials,
@@ -340,7 +353,7 @@ __global__ void __launch_bounds__(512, 4)
         if (o < l.outputs) {
             const In* row = in + offset_of(o, l.kept_sizes, l.kept_strides, l.kept_ndim);
             if constexpr (VEC > 1) {
-                acc = fold_contiguous<VEC, D>(op, acc, row, begin, end, lane, lanes);
+                acc = fold_contiguous<VEC, UNROLL, ACCS, D>(op, acc, row, begin, end, lane, lanes);
             } else {
                 acc = fold_strided<D>(op, acc, row, l, begin, end, lane, lanes);
             }
