@@ -67,7 +67,10 @@ INNERS = (
     InnerTuning(unroll=8, accumulators=4),
     InnerTuning(unroll=4, accumulators=4, threads=256),
     InnerTuning(unroll=4, accumulators=4, waves=2),
-    InnerTuning(unroll=8, accumulators=4, threads=256, waves=2),
+    InnerTuning(unroll=4, accumulators=1, interleave=True),
+    InnerTuning(unroll=4, accumulators=4, interleave=True),
+    InnerTuning(unroll=8, accumulators=4, interleave=True),
+    InnerTuning(unroll=8, accumulators=4, threads=256, waves=2, interleave=True),
 )
 # (threads per row, rows per block at most, __launch_bounds__)
 SOFTMAX_ROWS = ((32, 4, 128), (32, 8, 256), (16, 8, 128), (64, 2, 128), (128, 1, 128))
@@ -92,7 +95,7 @@ def _label(tuning: Any) -> str:
     if isinstance(tuning, InnerTuning):
         return (
             f"unroll{tuning.unroll}/acc{tuning.accumulators}/threads{tuning.threads}"
-            f"/waves{tuning.waves}"
+            f"/waves{tuning.waves}" + ("/interleave" if tuning.interleave else "")
         )
     rows: RowLayout = tuning
     return f"threads{rows.threads}x{rows.items}items/rows{rows.rows}/bound{rows.bound}"

@@ -68,13 +68,15 @@ _DEFAULT_SMS = 132  # the cpu device has no multiprocessors: plan as for an H100
 class InnerTuning:
     """How ``reduce_inner`` walks a contiguous range: ``unroll`` 16-byte loads in flight a
     thread, folded into ``accumulators`` (dividing ``unroll``); at most ``threads`` a
-    block; splits of a range fill ``resident`` threads a multiprocessor (times ``waves``)."""
+    block; splits of a range fill ``resident`` threads a multiprocessor (times ``waves``)
+    and take a chunk of it each, or (``interleave``) tiles of it in turn."""
 
     unroll: int
     accumulators: int
     threads: int = _THREADS
     resident: int = _RESIDENT
     waves: int = 1
+    interleave: bool = False
 
 
 INNER = InnerTuning(unroll=4, accumulators=1)  # the launch every plan takes
@@ -326,7 +328,10 @@ class ReducePlan:
             splits = -(-length // chunk)
         grid = (max(1, min(blocks, capacity * 8)), splits, 1)
         span = sum((n - 1) * s for n, s in zip(shape, stride, strict=True)) + 1
-        index32 = max(span, outputs * splits, length) < (1 << 31) - _SLACK
+        reach = length  # how far past a range's start an offset goes
+        if tuning.interleave and splits > 1:  # a split's last tile may start near the end
+            reach += splits * bx * vec * tuning.unroll
+        index32 = max(span, outputs * splits, reach) < (1 << 31) - _SLACK
         a = compute
         functor = red.functor(d, a)
         fields, field_np = pack_fields(red, a, field_values)
@@ -359,7 +364,10 @@ class ReducePlan:
 
         def launch(v: int) -> Launch:
             if inner:
-                tune = f"{tuning.unroll}, {tuning.accumulators}" if v > 1 else "4, 1"
+                tune = "4, 1, false"
+                if v > 1:
+                    interleave = "true" if tuning.interleave and splits > 1 else "false"
+                    tune = f"{tuning.unroll}, {tuning.accumulators}, {interleave}"
                 entry = f"vram::reduce_inner<{functor}, {types}, {v}, {tune}>"
             else:
                 entry = f"vram::reduce_outer<{functor}, {types}>"

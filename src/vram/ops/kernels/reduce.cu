@@ -12,7 +12,8 @@
 //   torch reports; for the others they are in memory order.
 // - reduce_inner: blockDim.x threads share an output and walk its reduced range (16-byte
 //   vector loads when the range is contiguous and aligned: VEC > 1, UNROLL of them in
-//   flight, folded into ACCS accumulators); blockDim.y outputs per block. reduce_outer: blockDim.x threads take consecutive outputs (coalesced when
+//   flight, folded into ACCS accumulators; INTERLEAVE: the splits take interleaved tiles of
+//   the range instead of a chunk each); blockDim.y outputs per block. reduce_outer: blockDim.x threads take consecutive outputs (coalesced when
 //   the innermost kept dim is contiguous) and blockDim.y threads split the reduced range,
 //   combined through shared memory. gridDim.y > 1 splits the reduced range across blocks:
 //   each writes its accumulator to `partials` [outputs, splits] and reduce_partials (a
@@ -302,6 +303,57 @@ __device__ inline typename Op::acc fold_contiguous(const Op& op, typename Op::ac
     return part[0];
 }
 
+// The whole contiguous range [0, length) at `row`, split across gridDim.y blocks by
+// interleaved tiles (a tile: UNROLL loads of the block): split y takes tiles y, y + splits,
+// y + 2 * splits, ... so that at any time the splits read one compact stretch of memory,
+// not one stretch each. The tail past the last vector goes to split 0.
+template <int VEC, int UNROLL, int ACCS, typename D, typename Op, typename In, typename Index>
+__device__ inline typename Op::acc fold_interleaved(const Op& op, typename Op::acc acc,
+                                                    const In* __restrict__ row, Index length,
+                                                    Index lane, Index lanes, Index split,
+                                                    Index splits) {
+    static_assert(UNROLL % ACCS == 0, "the unrolled loads fold evenly into the accumulators");
+    using Acc = typename Op::acc;
+    const Index step = lanes * VEC;  // a load of the block
+    const Index stride = splits * step * UNROLL;
+    const Index vend = length / VEC * VEC;
+    Index r = split * step * UNROLL + lane * VEC;
+    Acc part[ACCS];
+    part[0] = acc;
+#pragma unroll
+    for (int a = 1; a < ACCS; ++a) part[a] = op.identity();
+    for (; r + (UNROLL - 1) * step < vend; r += stride) {
+        Vec<VEC, In> p[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) p[u] = load_vec<VEC>(row + r + u * step);
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) {
+                part[u % ACCS] =
+                    op.reduce(part[u % ACCS], convert<D>(p[u].v[k]), r + u * step + k);
+            }
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {  // this split's last tile, when it is cut short
+        const Index at = r + u * step;
+        if (at < vend) {
+            const Vec<VEC, In> p = load_vec<VEC>(row + at);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) part[0] = op.reduce(part[0], convert<D>(p.v[k]), at + k);
+        }
+    }
+    if (split == 0) {
+        for (Index t = vend + lane; t < length; t += lanes) {
+            part[0] = op.reduce(part[0], convert<D>(row[t]), t);
+        }
+    }
+#pragma unroll
+    for (int a = 1; a < ACCS; ++a) part[0] = op.combine(part[0], part[a]);
+    return part[0];
+}
+
 // [begin, end) of a strided range: element r at base[reduced(r)].
 template <typename D, typename Op, typename In, typename Index>
 __device__ inline typename Op::acc fold_strided(const Op& op, typename Op::acc acc,
@@ -335,7 +387,7 @@ __device__ inline void finish(const Op& op, const typename Op::acc& acc, Out* ou
 
 // ---- the kernels -----------------------------------------------------------------------------
 template <typename Op, typename In, typename D, typename Out, typename Out2, typename Index,
-          int VEC, int UNROLL, int ACCS>
+          int VEC, int UNROLL, int ACCS, bool INTERLEAVE>
 __global__ void __launch_bounds__(512, 4)
     reduce_inner(Op op, const In* __restrict__ in, Out* __restrict__ out,
                  Out2* __restrict__ out2, typename Op::acc* __restrict__ partials,
@@ -353,7 +405,13 @@ __global__ void __launch_bounds__(512, 4)
         if (o < l.outputs) {
             const In* row = in + offset_of(o, l.kept_sizes, l.kept_strides, l.kept_ndim);
             if constexpr (VEC > 1) {
-                acc = fold_contiguous<VEC, UNROLL, ACCS, D>(op, acc, row, begin, end, lane, lanes);
+                if constexpr (INTERLEAVE) {
+                    acc = fold_interleaved<VEC, UNROLL, ACCS, D>(
+                        op, acc, row, l.length, lane, lanes, Index(blockIdx.y), Index(gridDim.y));
+                } else {
+                    acc = fold_contiguous<VEC, UNROLL, ACCS, D>(op, acc, row, begin, end, lane,
+                                                                lanes);
+                }
             } else {
                 acc = fold_strided<D>(op, acc, row, l, begin, end, lane, lanes);
             }
