@@ -41,7 +41,7 @@ from vram.ops._pointwise import COPY, VEC_LOOP, PointwisePlan, VecLoop
 from vram.ops._promotion import opmath
 from vram.ops._reduce import INNER, InnerTuning, ReducePlan, multiprocessors
 from vram.ops._reduce_ops import SUM
-from vram.ops._rows import RowLayout, register_layout, row_layout
+from vram.ops._rows import RowLayout, online_layout, register_layout, row_layout
 from vram.ops._softmax import SoftmaxPlan
 
 NUMEL = 64 << 20  # elements of every input on a GPU
@@ -73,8 +73,11 @@ INNERS = (
     InnerTuning(unroll=8, accumulators=4, threads=256, waves=2, interleave=True),
 )
 # (threads per row, rows per block at most, __launch_bounds__)
-SOFTMAX_ROWS = ((32, 4, 128), (32, 8, 256), (16, 8, 128), (64, 2, 128), (128, 1, 128))
-NORM_ROWS = ((512, 1, 1024), (512, 1, 512), (256, 1, 256), (256, 2, 512), (128, 1, 128))
+SOFTMAX_ROWS = ((32, 4, 128), (64, 2, 128), (32, 8, 256), (128, 1, 128))
+NORM_ROWS = ((512, 1, 1024), (256, 1, 256), (128, 1, 128))
+NORM_SHORT_ROWS = ((32, 4, 128), (64, 2, 128))
+# online: (threads per row, vectors a thread loads at once, blocks a multiprocessor)
+NORM_ONLINE = ((256, 2, 4), (256, 1, 5), (128, 2, 8), (128, 4, 6), (512, 2, 2), (256, 4, 3))
 
 
 @dataclass
@@ -98,6 +101,8 @@ def _label(tuning: Any) -> str:
             f"/waves{tuning.waves}" + ("/interleave" if tuning.interleave else "")
         )
     rows: RowLayout = tuning
+    if rows.online:
+        return f"online/threads{rows.threads}/unroll{rows.items}/blocks{rows.blocks}"
     return f"threads{rows.threads}x{rows.items}items/rows{rows.rows}/bound{rows.bound}"
 
 
@@ -127,6 +132,7 @@ class Inputs:
             self.x, self.y = vram.asarray(self.tx), vram.asarray(self.ty)
             self.params = {w: tuple(vram.asarray(t) for t in p) for w, p in self.tparams.items()}
             torch.cuda.synchronize()
+            self._own()
             return
         npdtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float32
         draw = lambda n: rng.standard_normal(n, dtype=np.float32).astype(npdtype)  # noqa: E731
@@ -137,6 +143,41 @@ class Inputs:
         self.params = {
             w: tuple(vram.tensor(a, device=device) for a in p) for w, p in self.hparams.items()
         }
+        self._own()
+
+    def _own(self) -> None:
+        """Copies of the inputs in memory from vram's own allocator (the production call is
+        timed on both: bench/eager_reduce.py's inputs are vram's)."""
+        params = {w: (a.clone(), b.clone()) for w, (a, b) in self.params.items()}
+        self.own = (self.x.clone(), self.y.clone(), params)
+        vram.synchronize(self.device)
+
+
+def production(op: str, width: int | None, x: Any, y: Any, params: dict) -> Callable[[], Any]:
+    """vram's public call of ``op`` on these tensors."""
+    if op == "add":
+        return lambda: x + y
+    if op == "exp":
+        return lambda: vram.exp(x)
+    if op == "copy":
+        return lambda: vram.empty_like(x).copy_(x)
+    if op == "sum":
+        return lambda: vram.sum(x)
+    grid = x.view(-1, width)
+    if op == "sum_rows":
+        return lambda: vram.sum(grid, -1)
+    if op == "softmax":
+        return lambda: vram.nn.functional.softmax(grid, -1)
+    if op == "log_softmax":
+        return lambda: vram.nn.functional.log_softmax(grid, -1)
+    w, b = params[width]
+    return lambda: vram.nn.functional.layer_norm(grid, (width,), w, b, EPS)
+
+
+def _productions(case: Case, inputs: Inputs) -> None:
+    """The production call on the shared inputs and on vram's own copies of them."""
+    case.calls["production"] = production(case.op, case.width, inputs.x, inputs.y, inputs.params)
+    case.calls["production@vram-memory"] = production(case.op, case.width, *inputs.own)
 
 
 def _pointwise_case(inputs: Inputs, op: str, loops: tuple[VecLoop, ...]) -> Case:
@@ -144,19 +185,19 @@ def _pointwise_case(inputs: Inputs, op: str, loops: tuple[VecLoop, ...]) -> Case
     numel = inputs.numel
     if op == "add":
         case = Case(op, inputs.dtype, None, 3 * numel * item)
-        case.calls["production"] = lambda: x + y
+        _productions(case, inputs)
         plans = [(loop, PointwisePlan(BINARY["add"], (x, y), None, loop)) for loop in loops]
         for loop, plan in _candidates(plans, VEC_LOOP):
             case.calls[_label(loop)] = lambda plan=plan: plan.binary(x, y, (1,))
     elif op == "exp":
         case = Case(op, inputs.dtype, None, 2 * numel * item)
-        case.calls["production"] = lambda: vram.exp(x)
+        _productions(case, inputs)
         plans = [(loop, PointwisePlan(UNARY["exp"], (x,), None, loop)) for loop in loops]
         for loop, plan in _candidates(plans, VEC_LOOP):
             case.calls[_label(loop)] = lambda plan=plan: plan.unary(x, ())
     else:  # copy: into a new tensor each call, as the other ops
         case = Case(op, inputs.dtype, None, 2 * numel * item)
-        case.calls["production"] = lambda: vram.empty_like(x).copy_(x)
+        _productions(case, inputs)
         out = vram.empty_like(x)
         plans = [(loop, PointwisePlan(COPY, (x,), out, loop)) for loop in loops]
         for loop, plan in _candidates(plans, VEC_LOOP):
@@ -177,10 +218,13 @@ def _sum_case(inputs: Inputs, width: int | None, tunings: tuple[InnerTuning, ...
     case = Case(
         "sum" if width is None else "sum_rows", inputs.dtype, width, inputs.numel * d.itemsize
     )
-    case.calls["production"] = (lambda: vram.sum(x)) if width is None else (lambda: vram.sum(x, -1))
+    _productions(case, inputs)
     plans = [(t, ReducePlan(SUM, x, dims, False, d, opmath(d), d, None, (), t)) for t in tunings]
     for tuning, plan in _candidates(plans, INNER):
         case.calls[_label(tuning)] = lambda plan=plan: plan(x)[0]
+    own = inputs.own[0] if width is None else inputs.own[0].view(x.shape)
+    for tuning, plan in plans:  # each choice on vram's own memory too
+        case.calls[_label(tuning) + "@vram-memory"] = lambda plan=plan: plan(own)[0]
     case.launches += [launch for _, plan in plans for launch in plan.launches]
     return case
 
@@ -189,12 +233,14 @@ def _rows_of(inputs: Inputs, width: int):
     return inputs.x.view(inputs.numel // width, width)
 
 
-def _layouts(inputs: Inputs, width: int, choices: tuple) -> list[RowLayout]:
-    """The layouts of ``choices`` and the production one (first)."""
+def _layouts(inputs: Inputs, width: int, choices: tuple, online: tuple = ()) -> list[RowLayout]:
+    """The production layout (first), then those of ``choices`` in registers and of
+    ``online`` (threads, vectors loaded at once, blocks a multiprocessor)."""
     rows = inputs.numel // width
     sms = multiprocessors(inputs.device)
     item = x_itemsize(inputs)
     found = [register_layout(width, rows, item, sms, t, r, b) for t, r, b in choices]
+    found += [online_layout(width, rows, item, sms, t, u, b) for t, u, b in online]
     return list(dict.fromkeys((_production_layout(inputs, width), *found)))
 
 
@@ -203,8 +249,7 @@ def _softmax_case(inputs: Inputs, width: int, choices: tuple, log: bool = False)
     dt = grid.dtype
     name = "log_softmax" if log else "softmax"
     case = Case(name, inputs.dtype, width, 2 * inputs.numel * dt.itemsize)
-    public = vram.nn.functional.log_softmax if log else vram.nn.functional.softmax
-    case.calls["production"] = lambda: public(grid, -1)
+    _productions(case, inputs)
     plans = [
         (layout, SoftmaxPlan(grid, 1, dt, log, layout))
         for layout in _layouts(inputs, width, choices)
@@ -215,14 +260,14 @@ def _softmax_case(inputs: Inputs, width: int, choices: tuple, log: bool = False)
     return case
 
 
-def _norm_case(inputs: Inputs, width: int, choices: tuple) -> Case:
+def _norm_case(inputs: Inputs, width: int, choices: tuple, online: tuple = ()) -> Case:
     grid = _rows_of(inputs, width)
     w, b = inputs.params[width]
     case = Case("layer_norm", inputs.dtype, width, 2 * inputs.numel * grid.dtype.itemsize)
-    case.calls["production"] = lambda: vram.nn.functional.layer_norm(grid, (width,), w, b, EPS)
+    _productions(case, inputs)
     plans = [
         (layout, LayerNormPlan(grid, (width,), w, b, layout))
-        for layout in _layouts(inputs, width, choices)
+        for layout in _layouts(inputs, width, choices, online)
     ]
     for layout, plan in _candidates(plans, _production_layout(inputs, width)):
         case.calls[_label(layout)] = lambda plan=plan: plan(grid, w, b, EPS)
@@ -268,8 +313,9 @@ def build_cases(inputs: Inputs, only: set[str] | None) -> list[Case]:
     if wanted("log_softmax") and dtype == "bfloat16":
         add(_softmax_case, 1024, (), True)
     if wanted("layer_norm"):
-        add(_norm_case, 8192, NORM_ROWS if dtype == "bfloat16" else ())
-        add(_norm_case, 1024, ())
+        wide = dtype == "bfloat16"
+        add(_norm_case, 8192, NORM_ROWS if wide else (), NORM_ONLINE if wide else NORM_ONLINE[4:5])
+        add(_norm_case, 1024, NORM_SHORT_ROWS if dtype == "bfloat16" else ())
     return cases
 
 
@@ -373,14 +419,17 @@ def check(inputs: Inputs, case: Case, got: Any, want: Any, summed: float | None)
 
 
 # ---- timing ---------------------------------------------------------------------------------
-def _time_ms(event: Callable[[], Any], call: Callable[[], Any], reps: int) -> float:
+def _time_ms(event: Callable[[], Any], call: Callable[[], Any], reps: int) -> tuple[float, float]:
+    """(device ms a call between two events, host us a call to issue it)."""
     start, end = event(), event()
     start.record()
+    begin = time.perf_counter()
     for _ in range(reps):
         call()
+    issued = time.perf_counter() - begin
     end.record()
     end.synchronize()
-    return start.elapsed_time(end) / reps
+    return start.elapsed_time(end) / reps, issued / reps * 1e6
 
 
 def run_case(inputs: Inputs, case: Case, reps: int, rounds: int) -> list[dict]:
@@ -407,9 +456,10 @@ def run_case(inputs: Inputs, case: Case, reps: int, rounds: int) -> list[dict]:
                 flush=True,
             )
     times: dict[str, list[float]] = {label: [] for label in calls}
+    host: dict[str, list[float]] = {label: [] for label in calls}
     if torch is not None:
         calls["torch"] = reference
-        times["torch"] = []
+        times["torch"], host["torch"] = [], []
         vram_event = lambda: vram.Event(enable_timing=True)  # noqa: E731
         torch_event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
         for call in calls.values():  # warm-up
@@ -419,13 +469,16 @@ def run_case(inputs: Inputs, case: Case, reps: int, rounds: int) -> list[dict]:
         for _ in range(rounds):
             for label, call in calls.items():  # round by round: the candidates take turns
                 event = torch_event if label == "torch" else vram_event
-                times[label].append(_time_ms(event, call, reps))
+                ms, us = _time_ms(event, call, reps)
+                times[label].append(ms)
+                host[label].append(us)
     else:  # the sim: host time of one call, to show the plumbing runs
         for label, call in calls.items():
             start = time.perf_counter()
             call()
             vram.synchronize(device)
             times[label].append((time.perf_counter() - start) * 1e3)
+            host[label].append(times[label][-1] * 1e3)
     best = {label: statistics.median(t) for label, t in times.items()}
     torch_gbps = case.moved / best["torch"] / 1e6 if "torch" in best else None
     rows = []
@@ -439,6 +492,7 @@ def run_case(inputs: Inputs, case: Case, reps: int, rounds: int) -> list[dict]:
                 "width": case.width,
                 "variant": label,
                 "ms": round(ms, 5),
+                "host_us": round(statistics.median(host[label]), 1),
                 "gbps": round(gbps, 1),
                 "ratio": round(gbps / torch_gbps, 3) if torch_gbps else None,
                 "ok": label == "torch" or not wrong[label],
@@ -454,8 +508,9 @@ def _print(rows: list[dict]) -> None:
         ratio = f"{row['ratio']:.3f}x" if row["ratio"] is not None else ""
         flag = "" if row["ok"] else "  MISMATCH"
         print(
-            f"{row['op'] + width:<17} {row['dtype']:<9} {row['variant']:<42} "
-            f"{row['ms']:>9.4f} ms {row['gbps']:>8.1f} GB/s {ratio:>7}{flag}",
+            f"{row['op'] + width:<17} {row['dtype']:<9} {row['variant']:<56} "
+            f"{row['ms']:>9.4f} ms {row['gbps']:>8.1f} GB/s {ratio:>7} "
+            f"(host {row['host_us']:>6.1f} us){flag}",
             flush=True,
         )
 
@@ -476,6 +531,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=REPS)
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--jobs", type=int, default=None, help="compiling processes")
+    parser.add_argument(
+        "--no-eager-reduce",
+        dest="eager_reduce",
+        action="store_false",
+        help="skip bench/eager_reduce.py's measurement at the end (cuda only)",
+    )
     add_output_arguments(parser)
     options = parser.parse_args(argv)
     device = vram.device(options.device)
@@ -509,7 +570,14 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             _print(found)
             rows += found
-    bad = [r for r in rows if not r["ok"]]
+    if options.eager_reduce and device.type == "cuda":
+        import eager_reduce  # the issue's own measurement, with the production choices
+
+        found = eager_reduce.measure(device, (numel,), tuple(dtypes), widths)
+        print("bench/eager_reduce.py in this process (vram, torch, cupy interleaved):")
+        eager_reduce._print(found)
+        rows += [dict(row, variant="eager_reduce:" + row["peer"]) for row in found]
+    bad = [r for r in rows if not r.get("ok", True)]
     trouble = "  !!!" if bad or failed else ""
     print(f"{len(rows)} rows, {len(bad)} mismatches, {failed} cases failed{trouble}")
     for path in write_results("kernel_sweep", device, rows, options.out, False):

@@ -17,7 +17,7 @@ from vram.ops._math import BINARY, UNARY
 from vram.ops._pointwise import VEC_LOOP, PointwisePlan, VecLoop
 from vram.ops._reduce import INNER, InnerTuning, ReducePlan, multiprocessors
 from vram.ops._reduce_ops import ARGMAX, SUM, VAR
-from vram.ops._rows import register_layout, row_layout
+from vram.ops._rows import online_layout, register_layout, row_layout
 from vram.ops._softmax import SoftmaxPlan
 
 SIM = vram.device("sim:0")
@@ -29,6 +29,7 @@ INNERS = (
     InnerTuning(8, 4, interleave=True),
 )
 ROWS = ((32, 8, 256), (16, 8, 128), (128, 1, 128))  # threads, rows per block, bound
+ONLINE = ((256, 2, 4), (128, 4, 6))  # threads, vectors loaded at once, blocks an SM
 
 
 def t(shape, dt, device=SIM, seed=0, ints=False):
@@ -95,6 +96,25 @@ def test_register_layout_gives_the_layouts_row_layout_picks():
     for threads, rows, bound in ((48, 1, 64), (256, 2, 256), (64, 1, 2048)):
         with pytest.raises(ValueError, match="no row layout"):
             register_layout(1024, 64, 4, 132, threads, rows, bound)
+    online = online_layout(8192, 8192, 2, 132, 256, 2, 4)
+    assert online.online and (online.vec, online.items, online.threads, online.blocks) == (
+        8,
+        2,
+        256,
+        4,
+    )
+    assert row_layout(20_000, 8, 4, 4, 132).online
+    for threads, blocks in ((48, 1), (2048, 1), (512, 8)):
+        with pytest.raises(ValueError, match="no online layout"):
+            online_layout(8192, 64, 2, 132, threads, 2, blocks)
+
+
+def test_a_16_bit_row_of_up_to_1024_takes_two_warps_of_two_vectors():
+    assert row_layout(1024, 1 << 16, 2, 4, 132) == register_layout(
+        1024, 1 << 16, 2, 132, 64, 2, 128
+    )
+    assert row_layout(512, 1 << 16, 2, 4, 132).threads == 32  # 2 vectors a thread in one warp
+    assert row_layout(1024, 1 << 16, 4, 4, 132).threads == 32  # 32-bit rows: one warp
 
 
 def test_row_plans_take_the_layout_they_are_given():
@@ -108,6 +128,11 @@ def test_row_plans_take_the_layout_they_are_given():
     (launch,) = LayerNormPlan(x, (1024,), w, b, layout).launches
     assert launch.entry.endswith(", 8, 8, 128>")
     got = LayerNormPlan(x, (1024,), w, b, layout)(x, w, b, 1e-5)
+    np.testing.assert_array_equal(got.numpy(), F.layer_norm(x, (1024,), w, b).numpy())
+    online = online_layout(1024, 64, 2, multiprocessors(SIM), 128, 4, 6)
+    (launch,) = LayerNormPlan(x, (1024,), w, b, online).launches
+    assert launch.entry.endswith(", 8, 4, 128, 6>") and launch.block == (128, 1, 1)
+    got = LayerNormPlan(x, (1024,), w, b, online)(x, w, b, 1e-5)
     np.testing.assert_array_equal(got.numpy(), F.layer_norm(x, (1024,), w, b).numpy())
 
 
@@ -142,6 +167,12 @@ def test_every_choice_compiles():
         layout = register_layout(1024, 16, 2, 132, threads, per_block, bound)
         add(SoftmaxPlan(rows, 1, vram.bfloat16, True, layout))
         add(LayerNormPlan(rows, (1024,), w, w, layout))
+    for threads, unroll, blocks in ONLINE:
+        add(
+            LayerNormPlan(
+                rows, (1024,), w, w, online_layout(1024, 16, 2, 132, threads, unroll, blocks)
+            )
+        )
     sources = {_pointwise.source(), _reduce.source(), _softmax.source(), _layer_norm.source()}
     assert set(names) == sources
     for source, entries in names.items():
@@ -210,6 +241,11 @@ def test_row_layouts_give_the_production_results(dt, n):
             np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol, err_msg=str(layout))
         got = LayerNormPlan(x, (n,), w, b, layout)(x, w, b, 1e-5).numpy().astype(np.float64)
         want = F.layer_norm(x, (n,), w, b).numpy().astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol, err_msg=str(layout))
+    want = F.layer_norm(x, (n,), w, b).numpy().astype(np.float64)
+    for threads, unroll, blocks in ONLINE:
+        layout = online_layout(n, rows, item, sms, threads, unroll, blocks)
+        got = LayerNormPlan(x, (n,), w, b, layout)(x, w, b, 1e-5).numpy().astype(np.float64)
         np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol, err_msg=str(layout))
 
 

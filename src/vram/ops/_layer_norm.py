@@ -131,7 +131,8 @@ class LayerNormPlan:
             pointers = (Arg("P"), Arg("P"), Arg("P"), Arg("P"))
             eps = Arg(self.eps_format)
             if layout.online:
-                entry = f"vram::layer_norm_online<{types}, {vec}>"
+                shape = f"{layout.items}, {layout.bound}, {layout.blocks}"
+                entry = f"vram::layer_norm_online<{types}, {vec}, {shape}>"
                 params = (*pointers, np.int64(rows), np.int64(n), eps)
                 block = (layout.threads, 1, 1)
             else:

@@ -90,7 +90,10 @@ class VecLoop:
     waves: int
 
 
-VEC_LOOP = VecLoop(unroll=1, block=_BLOCK, waves=_WAVES)  # the launch every plan takes
+# The launch every plan takes, as PyTorch's vectorized loop: blocks of 128 threads, a 16-byte
+# pack of each operand a thread, no grid-stride; the best of bench/kernel_sweep.py's choices
+# (a grid bounded at 16 blocks of 256 a multiprocessor kept too few loads in flight).
+VEC_LOOP = VecLoop(unroll=1, block=128, waves=0)
 
 # the struct format of a functor field of each compute dtype, and how a number becomes it
 _FORMATS = {

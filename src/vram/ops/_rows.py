@@ -4,6 +4,8 @@ A row of ``n`` elements is held in registers when it fits: each of the row's ``t
 keeps ``items`` vectors of ``vec`` elements, so the row is read once and written once.
 - A row of up to 32 threads' worth (``_WARP_ELEMENTS`` per thread) is one warp or part of
   one: no shared memory, no barrier; small blocks (``_SMALL_BLOCK`` threads) of several rows.
+  A 16-bit row past 32 threads of ``_SHORT_VECTORS`` vectors takes two warps instead, so that
+  a thread keeps half as many values and more rows are in flight.
 - A longer row takes several warps (up to 1024 threads, ``_BLOCK_ELEMENTS`` each, fewer per
   thread so that a 1024-thread block fits the register file).
 - A row longer than that goes ``online``: a block per row reads it twice (one pass for the
@@ -18,11 +20,12 @@ from dataclasses import dataclass
 
 from ._reduce import next_pow2
 
-__all__ = ["RowLayout", "row_layout", "register_layout"]
+__all__ = ["RowLayout", "row_layout", "register_layout", "online_layout"]
 
 _WARP_ELEMENTS = 32  # float elements a thread of a warp-wide row keeps in registers
 _BLOCK_ELEMENTS = 16  # and of a block-wide row
 _SMALL_BLOCK = 128  # threads of a block of warp-wide rows (the kernels' THREADS)
+_SHORT_VECTORS = 2  # vectors a thread keeps of a 16-bit row of up to 64 threads' worth
 _BLOCK = 1024  # threads of a block of block-wide rows
 _ONLINE_THREADS = 1024  # threads of an online row's block
 
@@ -30,8 +33,9 @@ _ONLINE_THREADS = 1024  # threads of an online row's block
 @dataclass(frozen=True, slots=True)
 class RowLayout:
     """The launch of a row kernel: ``online`` or in registers (``items`` vectors of ``vec``
-    elements a thread), ``threads`` per row, ``rows`` per block, ``bound`` the kernel's
-    __launch_bounds__, ``grid`` blocks."""
+    elements a thread; online: vectors a thread loads at once), ``threads`` per row, ``rows``
+    per block, ``bound`` the kernel's __launch_bounds__ (with ``blocks`` a multiprocessor),
+    ``grid`` blocks."""
 
     online: bool
     vec: int
@@ -40,6 +44,7 @@ class RowLayout:
     rows: int
     bound: int
     grid: int
+    blocks: int = 1
 
 
 def row_layout(n: int, rows: int, itemsize: int, compute_size: int, sms: int) -> RowLayout:
@@ -51,6 +56,8 @@ def row_layout(n: int, rows: int, itemsize: int, compute_size: int, sms: int) ->
     vectors = max(1, -(-n // vec))
     if n <= 32 * per_warp:
         threads = min(32, next_pow2(vectors))
+        if itemsize == 2 and vectors > 32 * _SHORT_VECTORS:  # two warps share the row
+            threads = 64
         return _in_registers(n, rows, vec, sms, threads, _SMALL_BLOCK // threads, _SMALL_BLOCK)
     if n <= _BLOCK * per_block:
         threads = min(_BLOCK, max(64, next_pow2(-(-vectors // max(1, per_block // vec)))))
@@ -69,6 +76,18 @@ def register_layout(
     if threads & (threads - 1) or threads * rows_per_block > bound or bound > _BLOCK:
         raise ValueError(f"no row layout of {threads} threads x {rows_per_block} rows in {bound}")
     return _in_registers(n, rows, _vec(n, itemsize), sms, threads, rows_per_block, bound)
+
+
+def online_layout(
+    n: int, rows: int, itemsize: int, sms: int, threads: int, unroll: int, blocks: int
+) -> RowLayout:
+    """An online layout (a block of ``threads`` a row, read twice) loading ``unroll`` vectors
+    a thread at once, with registers bounded so that ``blocks`` blocks fit a multiprocessor
+    (layer_norm's online kernel takes all three; softmax's only the threads)."""
+    if threads & (threads - 1) or not 32 <= threads <= _ONLINE_THREADS or threads * blocks > 2048:
+        raise ValueError(f"no online layout of {threads} threads x {blocks} blocks")
+    grid = max(1, min(rows, sms * blocks * 2))
+    return RowLayout(True, _vec(n, itemsize), unroll, threads, 1, threads, grid, blocks)
 
 
 def _vec(n: int, itemsize: int) -> int:
