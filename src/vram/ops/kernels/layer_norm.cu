@@ -50,6 +50,26 @@ __device__ inline void load_params(C (&dst)[VEC], const W* __restrict__ p, Index
     }
 }
 
+// (x - mean) * rstd * weight + bias of the VEC values at `at` of a row, stored as one
+// vector (weight and bias read as vectors too).
+template <int VEC, typename In, typename C, typename W, typename Index>
+__device__ inline void store_normalized(In* __restrict__ dst, const C (&x)[VEC], C mean, C rstd,
+                                        const W* __restrict__ weight, const W* __restrict__ bias,
+                                        Index at) {
+    C w[VEC], b[VEC];
+    if (weight != nullptr) load_params(w, weight, at);
+    if (bias != nullptr) load_params(b, bias, at);
+    Vec<VEC, In> q;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+        C y = (x[k] - mean) * rstd;
+        if (weight != nullptr) y *= w[k];
+        if (bias != nullptr) y += b[k];
+        q.v[k] = convert<In>(y);
+    }
+    *reinterpret_cast<Vec<VEC, In>*>(dst + at) = q;
+}
+
 template <typename In, typename W, typename C, int VEC, int ITEMS, int THREADS>
 __global__ void __launch_bounds__(THREADS)
     layer_norm_rows(const In* __restrict__ in, In* __restrict__ out, const W* __restrict__ weight,
@@ -84,19 +104,8 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             const int at = row_at<VEC>(i);
-            if (at + VEC <= n) {  // a whole vector: weight and bias as vectors too
-                C w[VEC], b[VEC];
-                if (weight != nullptr) load_params(w, weight, at);
-                if (bias != nullptr) load_params(b, bias, at);
-                Vec<VEC, In> p;
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) {
-                    C y = (v[i][k] - mean) * rstd;
-                    if (weight != nullptr) y *= w[k];
-                    if (bias != nullptr) y += b[k];
-                    p.v[k] = convert<In>(y);
-                }
-                *reinterpret_cast<Vec<VEC, In>*>(dst + at) = p;
+            if (at + VEC <= n) {
+                store_normalized(dst, v[i], mean, rstd, weight, bias, at);
             } else {
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) {
@@ -158,18 +167,10 @@ __global__ void __launch_bounds__(THREADS, BLOCKS)
         const C rstd = m_rsqrt(acc.m2 / C(n) + eps);
         for (long long at = static_cast<long long>(threadIdx.x) * VEC; at < n; at += step) {
             const Vec<VEC, In> p = load_vec<VEC>(src + at);
-            C w[VEC], b[VEC];
-            if (weight != nullptr) load_params(w, weight, at);
-            if (bias != nullptr) load_params(b, bias, at);
-            Vec<VEC, In> q;
+            C x[VEC];
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) {
-                C y = (convert<C>(p.v[k]) - acc.mean) * rstd;
-                if (weight != nullptr) y *= w[k];
-                if (bias != nullptr) y += b[k];
-                q.v[k] = convert<In>(y);
-            }
-            *reinterpret_cast<Vec<VEC, In>*>(dst + at) = q;
+            for (int k = 0; k < VEC; ++k) x[k] = convert<C>(p.v[k]);
+            store_normalized(dst, x, acc.mean, rstd, weight, bias, at);
         }
     }
 }
