@@ -260,6 +260,40 @@ template <typename A> struct LogSumExpOp {
 };
 
 // ---- folding one output's range ----------------------------------------------------------
+// ACCS accumulators of one range: the first starts from `acc`, the others from the identity;
+// UNROLL loads at r, r + step, ... folded into them (load u into accumulator u % ACCS); their
+// combination at the end.
+template <typename Op, int ACCS>
+__device__ inline void start_parts(const Op& op, typename Op::acc acc,
+                                   typename Op::acc (&part)[ACCS]) {
+    part[0] = acc;
+#pragma unroll
+    for (int a = 1; a < ACCS; ++a) part[a] = op.identity();
+}
+
+template <int VEC, int UNROLL, typename D, typename Op, int ACCS, typename In, typename Index>
+__device__ inline void fold_tile(const Op& op, typename Op::acc (&part)[ACCS],
+                                 const In* __restrict__ row, Index r, Index step) {
+    static_assert(UNROLL % ACCS == 0, "the unrolled loads fold evenly into the accumulators");
+    Vec<VEC, In> p[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) p[u] = load_vec<VEC>(row + r + u * step);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+            part[u % ACCS] = op.reduce(part[u % ACCS], convert<D>(p[u].v[k]), r + u * step + k);
+        }
+    }
+}
+
+template <typename Op, int ACCS>
+__device__ inline typename Op::acc combine_parts(const Op& op, typename Op::acc (&part)[ACCS]) {
+#pragma unroll
+    for (int a = 1; a < ACCS; ++a) part[0] = op.combine(part[0], part[a]);
+    return part[0];
+}
+
 // [begin, end) of a contiguous range at `row`, VEC elements a load (row and begin aligned),
 // UNROLL loads in flight; the tail element by element. Load u of a step folds into
 // accumulator u % ACCS: ACCS independent chains, combined at the end (combine is
@@ -268,27 +302,14 @@ template <int VEC, int UNROLL, int ACCS, typename D, typename Op, typename In, t
 __device__ inline typename Op::acc fold_contiguous(const Op& op, typename Op::acc acc,
                                                    const In* __restrict__ row, Index begin,
                                                    Index end, Index lane, Index lanes) {
-    static_assert(UNROLL % ACCS == 0, "the unrolled loads fold evenly into the accumulators");
     using Acc = typename Op::acc;
     const Index step = lanes * VEC;
     const Index vend = begin + (end - begin) / VEC * VEC;
     Index r = begin + lane * VEC;
     Acc part[ACCS];
-    part[0] = acc;
-#pragma unroll
-    for (int a = 1; a < ACCS; ++a) part[a] = op.identity();
+    start_parts(op, acc, part);
     for (; r + (UNROLL - 1) * step < vend; r += UNROLL * step) {
-        Vec<VEC, In> p[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) p[u] = load_vec<VEC>(row + r + u * step);
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) {
-                part[u % ACCS] =
-                    op.reduce(part[u % ACCS], convert<D>(p[u].v[k]), r + u * step + k);
-            }
-        }
+        fold_tile<VEC, UNROLL, D>(op, part, row, r, step);
     }
     for (; r < vend; r += step) {
         const Vec<VEC, In> p = load_vec<VEC>(row + r);
@@ -298,9 +319,7 @@ __device__ inline typename Op::acc fold_contiguous(const Op& op, typename Op::ac
     for (Index t = vend + lane; t < end; t += lanes) {
         part[0] = op.reduce(part[0], convert<D>(row[t]), t);
     }
-#pragma unroll
-    for (int a = 1; a < ACCS; ++a) part[0] = op.combine(part[0], part[a]);
-    return part[0];
+    return combine_parts(op, part);
 }
 
 // The whole contiguous range [0, length) at `row`, split across gridDim.y blocks by
@@ -312,28 +331,15 @@ __device__ inline typename Op::acc fold_interleaved(const Op& op, typename Op::a
                                                     const In* __restrict__ row, Index length,
                                                     Index lane, Index lanes, Index split,
                                                     Index splits) {
-    static_assert(UNROLL % ACCS == 0, "the unrolled loads fold evenly into the accumulators");
     using Acc = typename Op::acc;
     const Index step = lanes * VEC;  // a load of the block
     const Index stride = splits * step * UNROLL;
     const Index vend = length / VEC * VEC;
     Index r = split * step * UNROLL + lane * VEC;
     Acc part[ACCS];
-    part[0] = acc;
-#pragma unroll
-    for (int a = 1; a < ACCS; ++a) part[a] = op.identity();
+    start_parts(op, acc, part);
     for (; r + (UNROLL - 1) * step < vend; r += stride) {
-        Vec<VEC, In> p[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) p[u] = load_vec<VEC>(row + r + u * step);
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) {
-                part[u % ACCS] =
-                    op.reduce(part[u % ACCS], convert<D>(p[u].v[k]), r + u * step + k);
-            }
-        }
+        fold_tile<VEC, UNROLL, D>(op, part, row, r, step);
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {  // this split's last tile, when it is cut short
@@ -349,9 +355,7 @@ __device__ inline typename Op::acc fold_interleaved(const Op& op, typename Op::a
             part[0] = op.reduce(part[0], convert<D>(row[t]), t);
         }
     }
-#pragma unroll
-    for (int a = 1; a < ACCS; ++a) part[0] = op.combine(part[0], part[a]);
-    return part[0];
+    return combine_parts(op, part);
 }
 
 // [begin, end) of a strided range: element r at base[reduced(r)].
