@@ -41,7 +41,13 @@ from vram.ops._pointwise import COPY, VEC_LOOP, PointwisePlan, VecLoop
 from vram.ops._promotion import opmath
 from vram.ops._reduce import INNER, InnerTuning, ReducePlan, multiprocessors
 from vram.ops._reduce_ops import SUM
-from vram.ops._rows import RowLayout, online_layout, register_layout, row_layout
+from vram.ops._rows import (
+    RowLayout,
+    norm_layout,
+    online_layout,
+    register_layout,
+    row_layout,
+)
 from vram.ops._softmax import SoftmaxPlan
 
 NUMEL = 64 << 20  # elements of every input on a GPU
@@ -233,7 +239,9 @@ def _rows_of(inputs: Inputs, width: int):
     return inputs.x.view(inputs.numel // width, width)
 
 
-def _layouts(inputs: Inputs, width: int, choices: tuple, online: tuple = ()) -> list[RowLayout]:
+def _layouts(
+    inputs: Inputs, width: int, choices: tuple, online: tuple = (), norm: bool = False
+) -> list[RowLayout]:
     """The production layout (first), then those of ``choices`` in registers and of
     ``online`` (threads, vectors loaded at once, blocks a multiprocessor)."""
     rows = inputs.numel // width
@@ -241,7 +249,7 @@ def _layouts(inputs: Inputs, width: int, choices: tuple, online: tuple = ()) -> 
     item = x_itemsize(inputs)
     found = [register_layout(width, rows, item, sms, t, r, b) for t, r, b in choices]
     found += [online_layout(width, rows, item, sms, t, u, b) for t, u, b in online]
-    return list(dict.fromkeys((_production_layout(inputs, width), *found)))
+    return list(dict.fromkeys((_production_layout(inputs, width, norm), *found)))
 
 
 def _softmax_case(inputs: Inputs, width: int, choices: tuple, log: bool = False) -> Case:
@@ -267,9 +275,9 @@ def _norm_case(inputs: Inputs, width: int, choices: tuple, online: tuple = ()) -
     _productions(case, inputs)
     plans = [
         (layout, LayerNormPlan(grid, (width,), w, b, layout))
-        for layout in _layouts(inputs, width, choices, online)
+        for layout in _layouts(inputs, width, choices, online, norm=True)
     ]
-    for layout, plan in _candidates(plans, _production_layout(inputs, width)):
+    for layout, plan in _candidates(plans, _production_layout(inputs, width, norm=True)):
         case.calls[_label(layout)] = lambda plan=plan: plan(grid, w, b, EPS)
     case.launches += [launch for _, plan in plans for launch in plan.launches]
     return case
@@ -281,9 +289,10 @@ def _candidates(plans: list[tuple[Any, Any]], production: Any) -> list[tuple[Any
     return [(choice, plan) for choice, plan in plans if choice != production]
 
 
-def _production_layout(inputs: Inputs, width: int) -> RowLayout:
+def _production_layout(inputs: Inputs, width: int, norm: bool = False) -> RowLayout:
     rows = inputs.numel // width
-    return row_layout(width, rows, x_itemsize(inputs), 4, multiprocessors(inputs.device))
+    layout = norm_layout if norm else row_layout
+    return layout(width, rows, x_itemsize(inputs), 4, multiprocessors(inputs.device))
 
 
 def build_cases(inputs: Inputs, only: set[str] | None) -> list[Case]:

@@ -17,7 +17,7 @@ from vram.ops._math import BINARY, UNARY
 from vram.ops._pointwise import VEC_LOOP, PointwisePlan, VecLoop
 from vram.ops._reduce import INNER, InnerTuning, ReducePlan, multiprocessors
 from vram.ops._reduce_ops import ARGMAX, SUM, VAR
-from vram.ops._rows import online_layout, register_layout, row_layout
+from vram.ops._rows import norm_layout, online_layout, register_layout, row_layout
 from vram.ops._softmax import SoftmaxPlan
 
 SIM = vram.device("sim:0")
@@ -29,7 +29,7 @@ INNERS = (
     InnerTuning(8, 4, interleave=True),
 )
 ROWS = ((32, 8, 256), (16, 8, 128), (128, 1, 128))  # threads, rows per block, bound
-ONLINE = ((256, 2, 4), (128, 4, 6))  # threads, vectors loaded at once, blocks an SM
+ONLINE = ((128, 2, 8), (256, 4, 3))  # threads, vectors loaded at once, blocks an SM
 
 
 def t(shape, dt, device=SIM, seed=0, ints=False):
@@ -78,7 +78,9 @@ def test_an_inner_tuning_sets_the_threads_splits_and_kernel():
     assert first.grid == (1, min(sms * 16, (1 << 18) // (256 * 8)), 1)
     assert "reduce_partials" in second.entry
     production = _sum_plan(x, (0,)).launches[0]
-    assert production.entry.endswith(f", int, 4, {INNER.unroll}, {INNER.accumulators}, false>")
+    interleave = "true" if INNER.interleave else "false"
+    tune = f"{INNER.unroll}, {INNER.accumulators}, {interleave}"
+    assert production.entry.endswith(f", int, 4, {tune}>")
     # one block per output (no splits): interleaving has nothing to interleave
     (rows,) = _sum_plan(t((64, 64), vram.float32), (1,), tuning).launches
     assert rows.entry.endswith(", 4, 8, 4, false>") and rows.grid[1] == 1
@@ -107,6 +109,17 @@ def test_register_layout_gives_the_layouts_row_layout_picks():
     for threads, blocks in ((48, 1), (2048, 1), (512, 8)):
         with pytest.raises(ValueError, match="no online layout"):
             online_layout(8192, 64, 2, 132, threads, 2, blocks)
+
+
+def test_layer_norm_takes_wide_16_bit_rows_online_when_there_are_many():
+    sms = 132
+    wide = norm_layout(8192, 8192, 2, 4, sms)
+    assert wide == online_layout(8192, 8192, 2, sms, 128, 2, 8)
+    assert norm_layout(4096, 8192, 2, 4, sms).online  # 256 threads in registers
+    # rows that stay in registers: 32-bit, short, too few to fill every multiprocessor
+    for n, rows, item in ((8192, 8192, 4), (2048, 8192, 2), (1024, 8192, 2), (8192, 512, 2)):
+        assert norm_layout(n, rows, item, 4, sms) == row_layout(n, rows, item, 4, sms)
+    assert norm_layout(20_000, 8192, 2, 4, sms) == row_layout(20_000, 8192, 2, 4, sms)
 
 
 def test_a_16_bit_row_of_up_to_1024_takes_two_warps_of_two_vectors():
@@ -247,6 +260,22 @@ def test_row_layouts_give_the_production_results(dt, n):
         layout = online_layout(n, rows, item, sms, threads, unroll, blocks)
         got = LayerNormPlan(x, (n,), w, b, layout)(x, w, b, 1e-5).numpy().astype(np.float64)
         np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol, err_msg=str(layout))
+
+
+@pytest.mark.parametrize("n", [4096, 8192])
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_usable(), reason="no CUDA GPU")
+def test_wide_16_bit_layer_norm_online_gives_the_register_layouts_results(n):
+    rows = 8 * multiprocessors(vram.device(CUDA))  # enough rows for norm_layout's online route
+    x = t((rows, n), vram.bfloat16, CUDA)
+    w, b = t(n, vram.float32, CUDA, seed=1), t(n, vram.float32, CUDA, seed=2)
+    got = F.layer_norm(x, (n,), w, b)
+    assert LayerNormPlan(x, (n,), w, b).launches[0].entry.startswith("vram::layer_norm_online<")
+    registers = row_layout(n, rows, 2, 4, multiprocessors(x.device))
+    want = LayerNormPlan(x, (n,), w, b, registers)(x, w, b, 1e-5)
+    np.testing.assert_allclose(
+        got.numpy().astype(np.float64), want.numpy().astype(np.float64), rtol=1e-2, atol=1e-2
+    )
 
 
 @pytest.mark.gpu

@@ -5,7 +5,8 @@ made contiguous, a copy only when it is not); each row is normalized by its mean
 variance, ``(x - mean) * rsqrt(var + eps) * weight + bias``, computed in float32 for
 float16 and bfloat16. ``weight`` and ``bias`` are of the input's dtype, or float32 for a
 float16 or bfloat16 input (PyTorch's mixed-type layer norm). A row that fits in registers
-is read once (the mean, then the squared deviations from it); a longer one twice (Welford).
+is read once (the mean, then the squared deviations from it); a longer one, or a wide 16-bit
+row among many (``_rows.norm_layout``), twice (the moments merged vector by vector).
 ``eps`` is a per-call kernel argument: any eps reuses the plan.
 """
 
@@ -29,7 +30,7 @@ from ._pointwise import signature_id
 from ._pointwise import store as _put
 from ._promotion import kind, opmath
 from ._reduce import multiprocessors, plan_for
-from ._rows import RowLayout, row_layout
+from ._rows import RowLayout, norm_layout
 
 __all__ = ["layer_norm", "LayerNormPlan"]
 
@@ -94,7 +95,7 @@ class LayerNormPlan:
         bias: Tensor | None,
         layout: RowLayout | None = None,
     ) -> None:
-        """``layout``: of the rows, instead of ``row_layout``'s."""
+        """``layout``: of the rows, instead of ``norm_layout``'s."""
         device = x.device
         self.device = device
         self.shape = x._shape
@@ -124,7 +125,7 @@ class LayerNormPlan:
         self.eps_format = "f" if compute is float32 else "d"
         types = f"{c_type(x.dtype)}, {c_type(w)}, {c_type(compute)}"
         if layout is None:
-            layout = row_layout(n, rows, item, compute.itemsize, multiprocessors(device))
+            layout = norm_layout(n, rows, item, compute.itemsize, multiprocessors(device))
         kernel = _kernel()
 
         def launch(vec: int) -> Launch:

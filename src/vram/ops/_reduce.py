@@ -79,7 +79,7 @@ class InnerTuning:
     interleave: bool = False
 
 
-INNER = InnerTuning(unroll=4, accumulators=4)  # the launch every plan takes
+INNER = InnerTuning(unroll=4, accumulators=4, interleave=True)  # the launch every plan takes
 
 
 @cache

@@ -9,7 +9,8 @@ keeps ``items`` vectors of ``vec`` elements, so the row is read once and written
 - A longer row takes several warps (up to 1024 threads, ``_BLOCK_ELEMENTS`` each, fewer per
   thread so that a 1024-thread block fits the register file).
 - A row longer than that goes ``online``: a block per row reads it twice (one pass for the
-  row's statistics, one to write).
+  row's statistics, one to write). layer_norm takes that route for wide 16-bit rows too
+  (``norm_layout``).
 ``vec`` is 16 bytes of the wider of the input and output types when the row length allows
 it; a call whose pointers are not 16-byte aligned takes the same layout with ``vec`` 1.
 """
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 from ._reduce import next_pow2
 
-__all__ = ["RowLayout", "row_layout", "register_layout", "online_layout"]
+__all__ = ["RowLayout", "row_layout", "norm_layout", "register_layout", "online_layout"]
 
 _WARP_ELEMENTS = 32  # float elements a thread of a warp-wide row keeps in registers
 _BLOCK_ELEMENTS = 16  # and of a block-wide row
@@ -28,6 +29,10 @@ _SMALL_BLOCK = 128  # threads of a block of warp-wide rows (the kernels' THREADS
 _SHORT_VECTORS = 2  # vectors a thread keeps of a 16-bit row of up to 64 threads' worth
 _BLOCK = 1024  # threads of a block of block-wide rows
 _ONLINE_THREADS = 1024  # threads of an online row's block
+# layer_norm's wide 16-bit rows: online, a block of 128 threads a row, 2 vectors a thread
+# loaded at once, registers bounded for 8 blocks a multiprocessor
+_NORM_ONLINE = (128, 2, 8)
+_NORM_WIDE = 256  # threads a row in registers would take from which such rows go online
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +69,25 @@ def row_layout(n: int, rows: int, itemsize: int, compute_size: int, sms: int) ->
         return _in_registers(n, rows, vec, sms, threads, max(1, 256 // threads), _BLOCK)
     blocks = max(1, min(rows, sms * 2))
     return RowLayout(True, vec, 1, _ONLINE_THREADS, 1, _ONLINE_THREADS, blocks)
+
+
+def norm_layout(n: int, rows: int, itemsize: int, compute_size: int, sms: int) -> RowLayout:
+    """layer_norm's layout: ``row_layout``'s, except that a 16-bit row that would take
+    ``_NORM_WIDE`` or more threads in registers goes online in small blocks when there are
+    rows enough to give every multiprocessor a full set of them.
+
+    Q: why read such a row twice? A: held in registers, a row of 256+ threads leaves room for
+    only a few rows a multiprocessor, and each row's time is mostly its two block-wide
+    reductions and the latency between its phases, not its bytes; online, eight 128-thread
+    rows share a multiprocessor and the second read comes from the cache. A 32-bit row moves
+    twice the bytes for the same per-row cost and stays in registers.
+    """
+    layout = row_layout(n, rows, itemsize, compute_size, sms)
+    threads, unroll, blocks = _NORM_ONLINE
+    wide = not layout.online and layout.threads >= _NORM_WIDE
+    if itemsize == 2 and wide and rows >= sms * blocks:
+        return online_layout(n, rows, itemsize, sms, threads, unroll, blocks)
+    return layout
 
 
 def register_layout(
