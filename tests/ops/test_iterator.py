@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import vram
 from vram.ops import _iterator as it
 from vram.ops._math import BINARY
-from vram.ops._pointwise import plan_for
+from vram.ops._pointwise import VEC_LOOP, plan_for
 
 SIM = vram.device("sim:0")
 
@@ -98,7 +98,8 @@ def test_a_plans_launches_name_the_kernel_instances():
     entries = [launch.entry for launch in plan.launches]
     assert entries == [
         "vram::pointwise_flat<1, vram::ScalarB<vram::Mul<float>>, float, float, char, char>",
-        "vram::pointwise_vec<4, 1, vram::ScalarB<vram::Mul<float>>, float, float, char, char>",
+        f"vram::pointwise_vec<4, {VEC_LOOP.unroll}, 1, vram::ScalarB<vram::Mul<float>>, float, "
+        "float, char, char>",
     ]
 
 

@@ -5,7 +5,8 @@ made contiguous, a copy only when it is not); each row is normalized by its mean
 variance, ``(x - mean) * rsqrt(var + eps) * weight + bias``, computed in float32 for
 float16 and bfloat16. ``weight`` and ``bias`` are of the input's dtype, or float32 for a
 float16 or bfloat16 input (PyTorch's mixed-type layer norm). A row that fits in registers
-is read once (the mean, then the squared deviations from it); a longer one twice (Welford).
+is read once (the mean, then the squared deviations from it); a longer one, or a wide 16-bit
+row among many (``_rows.norm_layout``), twice (the moments merged vector by vector).
 ``eps`` is a per-call kernel argument: any eps reuses the plan.
 """
 
@@ -29,7 +30,7 @@ from ._pointwise import signature_id
 from ._pointwise import store as _put
 from ._promotion import kind, opmath
 from ._reduce import multiprocessors, plan_for
-from ._rows import row_layout
+from ._rows import RowLayout, norm_layout
 
 __all__ = ["layer_norm", "LayerNormPlan"]
 
@@ -83,11 +84,18 @@ class LayerNormPlan:
         "run_vec",
         "scalar_launch",
         "eps_format",
+        "launches",
     )
 
     def __init__(
-        self, x: Tensor, shape: tuple[int, ...], weight: Tensor | None, bias: Tensor | None
+        self,
+        x: Tensor,
+        shape: tuple[int, ...],
+        weight: Tensor | None,
+        bias: Tensor | None,
+        layout: RowLayout | None = None,
     ) -> None:
+        """``layout``: of the rows, instead of ``norm_layout``'s."""
         device = x.device
         self.device = device
         self.shape = x._shape
@@ -116,14 +124,16 @@ class LayerNormPlan:
         )
         self.eps_format = "f" if compute is float32 else "d"
         types = f"{c_type(x.dtype)}, {c_type(w)}, {c_type(compute)}"
-        layout = row_layout(n, rows, item, compute.itemsize, multiprocessors(device))
+        if layout is None:
+            layout = norm_layout(n, rows, item, compute.itemsize, multiprocessors(device))
         kernel = _kernel()
 
         def launch(vec: int) -> Launch:
             pointers = (Arg("P"), Arg("P"), Arg("P"), Arg("P"))
             eps = Arg(self.eps_format)
             if layout.online:
-                entry = f"vram::layer_norm_online<{types}, {vec}>"
+                shape = f"{layout.items}, {layout.bound}, {layout.blocks}"
+                entry = f"vram::layer_norm_online<{types}, {vec}, {shape}>"
                 params = (*pointers, np.int64(rows), np.int64(n), eps)
                 block = (layout.threads, 1, 1)
             else:
@@ -135,10 +145,12 @@ class LayerNormPlan:
             return Launch(kernel, entry, grid, block, params, views, (compute.np,))
 
         self.scalar_launch = launch(1)
+        self.launches = (self.scalar_launch,)  # what it launches (the aligned case's)
         self.run_vec: Launcher | None = None
         self.run: Launcher | None = None
         if layout.vec > 1 and device.type != "cpu":
-            self.run_vec = launcher(device, launch(layout.vec))
+            self.launches = (launch(layout.vec),)
+            self.run_vec = launcher(device, self.launches[0])
         else:
             self.run = launcher(device, self.scalar_launch)
 
@@ -164,7 +176,7 @@ class LayerNormPlan:
         )
         pb = bias._storage.ptr + bias._offset * bias.dtype.itemsize if bias is not None else 0
         run = self.run_vec
-        if run is None or (ptr | po) & 15:
+        if run is None or (ptr | po | pw | pb) & 15:
             run = self.run
             if run is None:
                 run = self.run = launcher(device, self.scalar_launch)

@@ -70,10 +70,30 @@ __all__ = [
     "inplace_operator",
     "unary_operator",
     "ternary_operator",
+    "VecLoop",
+    "VEC_LOOP",
 ]
 
 _BLOCK = 256  # threads per block (the loops' __launch_bounds__)
 _WAVES = 16  # blocks per multiprocessor a grid-stride launch takes at most
+
+
+@dataclass(frozen=True, slots=True)
+class VecLoop:
+    """How ``pointwise_vec`` is launched: ``unroll`` 16-byte packs of each operand a thread
+    loads before it computes, ``block`` threads per block (at most ``_BLOCK``), ``waves``
+    blocks per multiprocessor at most (0: a block per ``block * unroll`` packs, no
+    grid-stride)."""
+
+    unroll: int
+    block: int
+    waves: int
+
+
+# The launch every plan takes, as PyTorch's vectorized loop: blocks of 128 threads, a 16-byte
+# pack of each operand a thread, no grid-stride; the best of bench/kernel_sweep.py's choices
+# (a grid bounded at 16 blocks of 256 a multiprocessor kept too few loads in flight).
+VEC_LOOP = VecLoop(unroll=1, block=128, waves=0)
 
 # the struct format of a functor field of each compute dtype, and how a number becomes it
 _FORMATS = {
@@ -203,7 +223,9 @@ class PointwisePlan:
         "launches",
     )
 
-    def __init__(self, op: PointwiseOp, operands: tuple, out: Tensor | None) -> None:
+    def __init__(
+        self, op: PointwiseOp, operands: tuple, out: Tensor | None, loop: VecLoop = VEC_LOOP
+    ) -> None:
         self.op = op
         form = "".join("S" if _scalar_like(v) else "T" for v in operands)
         if "T" not in form and out is None:
@@ -286,9 +308,10 @@ class PointwisePlan:
                 return
         vec = _vector_width([result, *(t.dtype for t in tensors)])
         if layout.kind == "flat" and vec > 1 and layout.numel >= vec and device.type != "cpu":
-            entry = f"vram::pointwise_vec<{vec}, {nin}, {functor}, {', '.join(types)}>"
-            grid = _grid(device, layout.numel, vec)
-            vector = Launch(kernel, entry, grid, (_BLOCK, 1, 1), params, tuple(views))
+            entry = f"vram::pointwise_vec<{vec}, {loop.unroll}, {nin}, {functor}, "
+            entry += f"{', '.join(types)}>"
+            grid = _grid(device, layout.numel, vec * loop.unroll, loop.block, loop.waves)
+            vector = Launch(kernel, entry, grid, (loop.block, 1, 1), params, tuple(views))
             self.vec = launcher(device, vector)
             self.launches = (main, vector)
 
@@ -669,10 +692,15 @@ def _vector_width(dtypes: list[dtype]) -> int:
     return max(1, 16 // max(dt.itemsize for dt in dtypes))
 
 
-def _grid(device: Device, numel: int, vec: int) -> tuple[int, int, int]:
-    blocks = -(-numel // (_BLOCK * vec)) if numel else 1
-    if device.type != "cpu":
-        blocks = min(blocks, device.driver.properties(device.index).multi_processor_count * _WAVES)
+def _grid(
+    device: Device, numel: int, per_thread: int, block: int = _BLOCK, waves: int = _WAVES
+) -> tuple[int, int, int]:
+    """Blocks of ``block`` threads for ``per_thread`` elements a thread, at most ``waves``
+    per multiprocessor (0: no bound; the loops' grid-stride covers the rest)."""
+    blocks = -(-numel // (block * per_thread)) if numel else 1
+    if device.type != "cpu" and waves:
+        sms = device.driver.properties(device.index).multi_processor_count
+        blocks = min(blocks, sms * waves)
     return (max(blocks, 1), 1, 1)
 
 

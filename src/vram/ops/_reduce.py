@@ -51,6 +51,8 @@ __all__ = [
     "multiprocessors",
     "next_pow2",
     "plan_for",
+    "InnerTuning",
+    "INNER",
 ]
 
 MAX_REDUCE_DIMS = 16  # kept and reduced dims after coalescing (kReduceDims in reduce.cu)
@@ -60,6 +62,24 @@ _MIN_FOLDS = 8  # loads a thread makes before a range is worth splitting across 
 _MAX_SPLITS = 65535  # gridDim.y
 _SLACK = 1 << 16  # room under 2**31 for the unrolled loads' look-ahead in 32-bit offsets
 _DEFAULT_SMS = 132  # the cpu device has no multiprocessors: plan as for an H100
+
+
+@dataclass(frozen=True, slots=True)
+class InnerTuning:
+    """How ``reduce_inner`` walks a contiguous range: ``unroll`` 16-byte loads in flight a
+    thread, folded into ``accumulators`` (dividing ``unroll``); at most ``threads`` a
+    block; splits of a range fill ``resident`` threads a multiprocessor (times ``waves``)
+    and take a chunk of it each, or (``interleave``) tiles of it in turn."""
+
+    unroll: int
+    accumulators: int
+    threads: int = _THREADS
+    resident: int = _RESIDENT
+    waves: int = 1
+    interleave: bool = False
+
+
+INNER = InnerTuning(unroll=4, accumulators=4, interleave=True)  # the launch every plan takes
 
 
 @cache
@@ -238,6 +258,7 @@ class ReducePlan:
         "run_vec",
         "scalar_launch",
         "finish",
+        "launches",
     )
 
     def __init__(
@@ -251,6 +272,7 @@ class ReducePlan:
         out: dtype | None,
         out2: dtype | None,
         field_values: tuple = (),
+        tuning: InnerTuning = INNER,
     ) -> None:
         device = x.device
         self.device = device
@@ -281,10 +303,14 @@ class ReducePlan:
             if any(s % vec for s in kept[1]):
                 vec = 1
         sms = multiprocessors(device)
+        threads = _THREADS
+        resident = _RESIDENT
+        if inner and vec > 1:
+            threads, resident = tuning.threads, tuning.resident * tuning.waves
         if inner:
             folds = max(1, -(-length // vec))
-            bx = min(_THREADS, next_pow2(-(-folds // _MIN_FOLDS)))
-            by = max(1, min(_THREADS // bx, next_pow2(-(-outputs // sms))))
+            bx = min(threads, next_pow2(-(-folds // _MIN_FOLDS)))
+            by = max(1, min(threads // bx, next_pow2(-(-outputs // sms))))
             by = max(by, 32 // bx)
             blocks, lanes = -(-outputs // by), bx
         else:
@@ -292,7 +318,7 @@ class ReducePlan:
             by = min(16, next_pow2(folds))
             bx = min(_THREADS // by, max(next_pow2(outputs), 32 // by))
             blocks, lanes = -(-outputs // bx), by
-        capacity = sms * (_RESIDENT // (bx * by))
+        capacity = sms * max(1, resident // (bx * by))
         splits = 1
         if blocks < capacity and folds > lanes * _MIN_FOLDS:
             splits = min(-(-capacity // blocks), folds // (lanes * _MIN_FOLDS), _MAX_SPLITS)
@@ -302,7 +328,10 @@ class ReducePlan:
             splits = -(-length // chunk)
         grid = (max(1, min(blocks, capacity * 8)), splits, 1)
         span = sum((n - 1) * s for n, s in zip(shape, stride, strict=True)) + 1
-        index32 = max(span, outputs * splits, length) < (1 << 31) - _SLACK
+        reach = length  # how far past a range's start an offset goes
+        if tuning.interleave and splits > 1:  # a split's last tile may start near the end
+            reach += splits * bx * vec * tuning.unroll
+        index32 = max(span, outputs * splits, reach) < (1 << 31) - _SLACK
         a = compute
         functor = red.functor(d, a)
         fields, field_np = pack_fields(red, a, field_values)
@@ -335,7 +364,11 @@ class ReducePlan:
 
         def launch(v: int) -> Launch:
             if inner:
-                entry = f"vram::reduce_inner<{functor}, {types}, {v}>"
+                tune = "4, 1, false"
+                if v > 1:
+                    interleave = "true" if tuning.interleave and splits > 1 else "false"
+                    tune = f"{tuning.unroll}, {tuning.accumulators}, {interleave}"
+                entry = f"vram::reduce_inner<{functor}, {types}, {v}, {tune}>"
             else:
                 entry = f"vram::reduce_outer<{functor}, {types}>"
             return Launch(first, entry, grid, (bx, by, 1), params, views, values)
@@ -344,9 +377,12 @@ class ReducePlan:
         self.run: Launcher | None = None
         self.scalar_launch = launch(1)
         if vec > 1 and device.type != "cpu":
-            self.run_vec = launcher(device, launch(vec))
+            first_launch = launch(vec)
+            self.run_vec = launcher(device, first_launch)
         else:
-            self.run = launcher(device, self.scalar_launch)
+            first_launch = self.scalar_launch
+            self.run = launcher(device, first_launch)
+        self.launches: tuple[Launch, ...] = (first_launch,)  # what it launches, in order
         self.finish: Launcher | None = None
         if splits > 1:
             bx2 = min(256, next_pow2(splits))
@@ -354,18 +390,17 @@ class ReducePlan:
             entry = f"vram::reduce_partials<{functor}, {_c_type(out)}, {_c_type(out2)}>"
             grid2 = (max(1, min(-(-outputs // by2), capacity * 8)), 1, 1)
             params2 = (fields, Arg("P"), Arg("P"), Arg("P"), np.int64(outputs), np.int32(splits))
-            self.finish = launcher(
-                device,
-                Launch(
-                    second,
-                    entry,
-                    grid2,
-                    (bx2, by2, 1),
-                    params2,
-                    (part_view, out_view, out2_view),
-                    (field_np,),
-                ),
+            second_launch = Launch(
+                second,
+                entry,
+                grid2,
+                (bx2, by2, 1),
+                params2,
+                (part_view, out_view, out2_view),
+                (field_np,),
             )
+            self.finish = launcher(device, second_launch)
+            self.launches += (second_launch,)
 
     def __call__(self, x: Tensor) -> tuple[Tensor | None, Tensor | None]:
         """Reduce ``x`` (of the plan's signature): (result, second result or None)."""

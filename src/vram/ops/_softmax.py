@@ -30,7 +30,7 @@ from ._pointwise import store as _put
 from ._promotion import kind, opmath
 from ._reduce import multiprocessors, next_pow2, plan_for
 from ._reductions import one_dim
-from ._rows import row_layout
+from ._rows import RowLayout, row_layout
 
 __all__ = ["softmax", "log_softmax", "SoftmaxPlan"]
 
@@ -81,9 +81,13 @@ class SoftmaxPlan:
         "run",
         "run_vec",
         "scalar_launch",
+        "launches",
     )
 
-    def __init__(self, x: Tensor, dim: int, out: dtype, log: bool) -> None:
+    def __init__(
+        self, x: Tensor, dim: int, out: dtype, log: bool, layout: RowLayout | None = None
+    ) -> None:
+        """``layout``: of rows (the softmax dim innermost), instead of ``row_layout``'s."""
         device = x.device
         self.device = device
         self.shape = x._shape
@@ -111,7 +115,7 @@ class SoftmaxPlan:
         self.run: Launcher | None = None
         if inner == 1:
             size = max(source_dtype.itemsize, out.itemsize)
-            rows = row_layout(n, outer, size, compute.itemsize, sms)
+            rows = layout or row_layout(n, outer, size, compute.itemsize, sms)
 
             def launch(vec: int) -> Launch:
                 if rows.online:
@@ -126,8 +130,10 @@ class SoftmaxPlan:
                 return Launch(kernel, entry, (rows.grid, 1, 1), block, params, views, values)
 
             self.scalar_launch = launch(1)
+            self.launches = (self.scalar_launch,)  # what it launches (the aligned case's)
             if rows.vec > 1 and device.type != "cpu":
-                self.run_vec = launcher(device, launch(rows.vec))
+                self.launches = (launch(rows.vec),)
+                self.run_vec = launcher(device, self.launches[0])
             else:
                 self.run = launcher(device, self.scalar_launch)
         else:
@@ -140,6 +146,7 @@ class SoftmaxPlan:
             self.scalar_launch = Launch(
                 kernel, entry, (grid, 1, 1), (bx, by, 1), params, views, values
             )
+            self.launches = (self.scalar_launch,)
             self.run = launcher(device, self.scalar_launch)
 
     def __call__(self, x: Tensor) -> Tensor:

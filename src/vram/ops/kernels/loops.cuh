@@ -8,7 +8,8 @@
 // - Three layouts, chosen once per plan (ops/_iterator.py):
 //     pointwise_flat     every operand contiguous in one order: a flat index;
 //     pointwise_vec      the same, with VEC elements per load and store where every pointer
-//                        is 16-byte aligned (the tail is done element by element);
+//                        is 16-byte aligned, UNROLL loads in flight a thread (the tail is
+//                        done element by element);
 //     pointwise_strided  any strides, broadcast (stride 0) included: per operand the
 //                        (coalesced) sizes and strides in elements, innermost dimension
 //                        first; Index is int where every offset fits, else long long.
@@ -68,22 +69,42 @@ template <int VEC, typename T> __device__ inline void load(const T* p, long long
     for (int k = 0; k < VEC; ++k) dst[k] = pack.v[k];
 }
 
-template <int VEC, int NIN, typename F, typename Out, typename A, typename B, typename D>
+// UNROLL packs a thread: a block takes UNROLL * blockDim.x consecutive packs (each load
+// coalesced across the block) and issues all their loads before it computes, so that a
+// thread has UNROLL loads of each operand in flight.
+template <int VEC, int UNROLL, int NIN, typename F, typename Out, typename A, typename B,
+          typename D>
 __global__ void __launch_bounds__(256)
     pointwise_vec(F f, long long n, Out* __restrict__ out, const A* __restrict__ a,
                   const B* __restrict__ b, const D* __restrict__ d) {
     const long long packs = n / VEC;
-    for (long long v = thread_index(); v < packs; v += thread_count()) {
-        A x[VEC] = {};
-        B y[VEC] = {};
-        D z[VEC] = {};
-        if constexpr (NIN >= 1) load<VEC>(a, v, x);
-        if constexpr (NIN >= 2) load<VEC>(b, v, y);
-        if constexpr (NIN >= 3) load<VEC>(d, v, z);
-        Pack<VEC, Out> result;
+    const long long tile = static_cast<long long>(blockDim.x) * UNROLL;
+    for (long long base = blockIdx.x * tile + threadIdx.x; base < packs;
+         base += static_cast<long long>(gridDim.x) * tile) {
+        A x[UNROLL][VEC] = {};
+        B y[UNROLL][VEC] = {};
+        D z[UNROLL][VEC] = {};
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) result.v[k] = convert<Out>(call<NIN>(f, x[k], y[k], z[k]));
-        reinterpret_cast<Pack<VEC, Out>*>(out)[v] = result;
+        for (int u = 0; u < UNROLL; ++u) {
+            const long long v = base + u * static_cast<long long>(blockDim.x);
+            if (v < packs) {
+                if constexpr (NIN >= 1) load<VEC>(a, v, x[u]);
+                if constexpr (NIN >= 2) load<VEC>(b, v, y[u]);
+                if constexpr (NIN >= 3) load<VEC>(d, v, z[u]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const long long v = base + u * static_cast<long long>(blockDim.x);
+            if (v < packs) {
+                Pack<VEC, Out> result;
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) {
+                    result.v[k] = convert<Out>(call<NIN>(f, x[u][k], y[u][k], z[u][k]));
+                }
+                reinterpret_cast<Pack<VEC, Out>*>(out)[v] = result;
+            }
+        }
     }
     const long long i = packs * VEC + thread_index();  // the tail, an element a thread
     if (i < n) {

@@ -11,8 +11,9 @@
 //   first. For the index ops the reduced dims keep the tensor's order, so r is the index
 //   torch reports; for the others they are in memory order.
 // - reduce_inner: blockDim.x threads share an output and walk its reduced range (16-byte
-//   vector loads when the range is contiguous and aligned: VEC > 1); blockDim.y outputs
-//   per block. reduce_outer: blockDim.x threads take consecutive outputs (coalesced when
+//   vector loads when the range is contiguous and aligned: VEC > 1, UNROLL of them in
+//   flight, folded into ACCS accumulators; INTERLEAVE: the splits take interleaved tiles of
+//   the range instead of a chunk each); blockDim.y outputs per block. reduce_outer: blockDim.x threads take consecutive outputs (coalesced when
 //   the innermost kept dim is contiguous) and blockDim.y threads split the reduced range,
 //   combined through shared memory. gridDim.y > 1 splits the reduced range across blocks:
 //   each writes its accumulator to `partials` [outputs, splits] and reduce_partials (a
@@ -21,7 +22,7 @@
 namespace vram {
 
 constexpr int kReduceDims = 16;  // dims of each list after coalescing (MAX_REDUCE_DIMS)
-constexpr int kUnroll = 4;       // loads in flight per thread
+constexpr int kUnroll = 4;       // loads in flight per thread of a strided range
 
 // Python packs this struct with NumPy (ops/_reduce.py: layout_dtype); keep both in step.
 template <typename Index> struct ReduceLayout {
@@ -259,34 +260,102 @@ template <typename A> struct LogSumExpOp {
 };
 
 // ---- folding one output's range ----------------------------------------------------------
+// ACCS accumulators of one range: the first starts from `acc`, the others from the identity;
+// UNROLL loads at r, r + step, ... folded into them (load u into accumulator u % ACCS); their
+// combination at the end.
+template <typename Op, int ACCS>
+__device__ inline void start_parts(const Op& op, typename Op::acc acc,
+                                   typename Op::acc (&part)[ACCS]) {
+    part[0] = acc;
+#pragma unroll
+    for (int a = 1; a < ACCS; ++a) part[a] = op.identity();
+}
+
+template <int VEC, int UNROLL, typename D, typename Op, int ACCS, typename In, typename Index>
+__device__ inline void fold_tile(const Op& op, typename Op::acc (&part)[ACCS],
+                                 const In* __restrict__ row, Index r, Index step) {
+    static_assert(UNROLL % ACCS == 0, "the unrolled loads fold evenly into the accumulators");
+    Vec<VEC, In> p[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) p[u] = load_vec<VEC>(row + r + u * step);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+            part[u % ACCS] = op.reduce(part[u % ACCS], convert<D>(p[u].v[k]), r + u * step + k);
+        }
+    }
+}
+
+template <typename Op, int ACCS>
+__device__ inline typename Op::acc combine_parts(const Op& op, typename Op::acc (&part)[ACCS]) {
+#pragma unroll
+    for (int a = 1; a < ACCS; ++a) part[0] = op.combine(part[0], part[a]);
+    return part[0];
+}
+
 // [begin, end) of a contiguous range at `row`, VEC elements a load (row and begin aligned),
-// kUnroll loads in flight; the tail element by element.
-template <int VEC, typename D, typename Op, typename In, typename Index>
+// UNROLL loads in flight; the tail element by element. Load u of a step folds into
+// accumulator u % ACCS: ACCS independent chains, combined at the end (combine is
+// commutative and the index ops break ties by index, so any grouping gives their result).
+template <int VEC, int UNROLL, int ACCS, typename D, typename Op, typename In, typename Index>
 __device__ inline typename Op::acc fold_contiguous(const Op& op, typename Op::acc acc,
                                                    const In* __restrict__ row, Index begin,
                                                    Index end, Index lane, Index lanes) {
+    using Acc = typename Op::acc;
     const Index step = lanes * VEC;
     const Index vend = begin + (end - begin) / VEC * VEC;
     Index r = begin + lane * VEC;
-    for (; r + (kUnroll - 1) * step < vend; r += kUnroll * step) {
-        Vec<VEC, In> p[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) p[u] = load_vec<VEC>(row + r + u * step);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) {
-                acc = op.reduce(acc, convert<D>(p[u].v[k]), r + u * step + k);
-            }
-        }
+    Acc part[ACCS];
+    start_parts(op, acc, part);
+    for (; r + (UNROLL - 1) * step < vend; r += UNROLL * step) {
+        fold_tile<VEC, UNROLL, D>(op, part, row, r, step);
     }
     for (; r < vend; r += step) {
         const Vec<VEC, In> p = load_vec<VEC>(row + r);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) acc = op.reduce(acc, convert<D>(p.v[k]), r + k);
+        for (int k = 0; k < VEC; ++k) part[0] = op.reduce(part[0], convert<D>(p.v[k]), r + k);
     }
-    for (Index t = vend + lane; t < end; t += lanes) acc = op.reduce(acc, convert<D>(row[t]), t);
-    return acc;
+    for (Index t = vend + lane; t < end; t += lanes) {
+        part[0] = op.reduce(part[0], convert<D>(row[t]), t);
+    }
+    return combine_parts(op, part);
+}
+
+// The whole contiguous range [0, length) at `row`, split across gridDim.y blocks by
+// interleaved tiles (a tile: UNROLL loads of the block): split y takes tiles y, y + splits,
+// y + 2 * splits, ... so that at any time the splits read one compact stretch of memory,
+// not one stretch each. The tail past the last vector goes to split 0.
+template <int VEC, int UNROLL, int ACCS, typename D, typename Op, typename In, typename Index>
+__device__ inline typename Op::acc fold_interleaved(const Op& op, typename Op::acc acc,
+                                                    const In* __restrict__ row, Index length,
+                                                    Index lane, Index lanes, Index split,
+                                                    Index splits) {
+    using Acc = typename Op::acc;
+    const Index step = lanes * VEC;  // a load of the block
+    const Index stride = splits * step * UNROLL;
+    const Index vend = length / VEC * VEC;
+    Index r = split * step * UNROLL + lane * VEC;
+    Acc part[ACCS];
+    start_parts(op, acc, part);
+    for (; r + (UNROLL - 1) * step < vend; r += stride) {
+        fold_tile<VEC, UNROLL, D>(op, part, row, r, step);
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {  // this split's last tile, when it is cut short
+        const Index at = r + u * step;
+        if (at < vend) {
+            const Vec<VEC, In> p = load_vec<VEC>(row + at);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) part[0] = op.reduce(part[0], convert<D>(p.v[k]), at + k);
+        }
+    }
+    if (split == 0) {
+        for (Index t = vend + lane; t < length; t += lanes) {
+            part[0] = op.reduce(part[0], convert<D>(row[t]), t);
+        }
+    }
+    return combine_parts(op, part);
 }
 
 // [begin, end) of a strided range: element r at base[reduced(r)].
@@ -322,7 +391,7 @@ __device__ inline void finish(const Op& op, const typename Op::acc& acc, Out* ou
 
 // ---- the kernels -----------------------------------------------------------------------------
 template <typename Op, typename In, typename D, typename Out, typename Out2, typename Index,
-          int VEC>
+          int VEC, int UNROLL, int ACCS, bool INTERLEAVE>
 __global__ void __launch_bounds__(512, 4)
     reduce_inner(Op op, const In* __restrict__ in, Out* __restrict__ out,
                  Out2* __restrict__ out2, typename Op::acc* __restrict__ partials,
@@ -340,7 +409,13 @@ __global__ void __launch_bounds__(512, 4)
         if (o < l.outputs) {
             const In* row = in + offset_of(o, l.kept_sizes, l.kept_strides, l.kept_ndim);
             if constexpr (VEC > 1) {
-                acc = fold_contiguous<VEC, D>(op, acc, row, begin, end, lane, lanes);
+                if constexpr (INTERLEAVE) {
+                    acc = fold_interleaved<VEC, UNROLL, ACCS, D>(
+                        op, acc, row, l.length, lane, lanes, Index(blockIdx.y), Index(gridDim.y));
+                } else {
+                    acc = fold_contiguous<VEC, UNROLL, ACCS, D>(op, acc, row, begin, end, lane,
+                                                                lanes);
+                }
             } else {
                 acc = fold_strided<D>(op, acc, row, l, begin, end, lane, lanes);
             }

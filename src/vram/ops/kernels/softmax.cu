@@ -3,7 +3,8 @@
 //
 // - softmax_rows (inner == 1): blockDim.x threads per row (part of a warp, a warp or several
 //   warps), blockDim.y rows per block. Each thread keeps ITEMS vectors of VEC elements of its
-//   row in registers, so the row is read once: its max, the sum of exp(x - max), the result.
+//   row in registers, so the row is read once: its max, the sum of exp(x - max) (each
+//   exponential computed once and kept), the result (times 1 / sum: one multiply a value).
 // - softmax_online (inner == 1, rows longer than registers hold): one pass keeps (max, sum)
 //   rescaled as the max grows (online softmax), a second pass writes: two reads, one write.
 // - softmax_columns (inner > 1): blockDim.x threads take consecutive columns (coalesced),
@@ -52,18 +53,26 @@ __global__ void __launch_bounds__(THREADS)
             for (int k = 0; k < VEC; ++k) m = max_nan(m, v[i][k]);
         }
         m = group_allreduce(m, max_of, scratch);
+        // each element becomes exp(x - max) (softmax) or x - max (log_softmax) as it is
+        // summed, so the store only scales or shifts it. Padding (-inf) adds exp(-inf - max)
+        // = 0, or NaN where the row's own elements already make the sum NaN (a max of +-inf
+        // or NaN): no test of the row's end is needed.
         C s = C(0);
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
 #pragma unroll
             for (int k = 0; k < VEC; ++k) {
-                if (row_at<VEC>(i) + k < n) s += m_exp(v[i][k] - m);
+                const C shifted = v[i][k] - m;
+                const C e = m_exp(shifted);
+                s += e;
+                v[i][k] = LOG ? shifted : e;
             }
         }
         s = group_allreduce(s, sum_of, scratch);
         if (!active) continue;
+        const C scale = LOG ? m_log(s) : C(1) / s;
         store_row<VEC, ITEMS>(out + row * n, n, [&](int i, int k, int) {
-            return softmax_value<LOG>(v[i][k], m, s);
+            return LOG ? v[i][k] - scale : v[i][k] * scale;
         });
     }
 }
