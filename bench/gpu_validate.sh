@@ -8,7 +8,8 @@
 #    .kcache/ (unpacked first from .kcache.tgz where a caller carried one);
 # 2. each GPU test file in a process of its own (a kernel that faults poisons its CUDA
 #    context, and only its own file's results with it), the files given or every one but
-#    AOTInductor's (bench/aoti_gpu.sh runs those, with their export), until $TEST_SECONDS
+#    AOTInductor's (bench/aoti_gpu.sh runs those, with their export), and the GPU differential
+#    tests of the kernels' launch choices (tests/ops/test_kernel_choices.py), until $TEST_SECONDS
 #    (default 420) have gone, so that the call ends inside its limit. Without file
 #    arguments the files run in three lanes side by side (the engine's kernels; the
 #    libraries and the runtime; the allocator's, whose tests read the device's free memory,
@@ -67,7 +68,8 @@ else
             python3 bench/sanitize/attn_probe.py > "$OUT/attn-memcheck.txt" 2>&1
         echo "attention under memcheck: exit $?: $(grep -c ' ok ' "$OUT/attn-memcheck.txt") calls"
         run_files "$OUT/gpu-tests-1.txt" $(files_of tensor_gpu pointwise_gpu activations_gpu \
-            index_gpu attention_gpu reduce_gpu random_gpu composite_gpu)
+            index_gpu attention_gpu reduce_gpu random_gpu composite_gpu) \
+            tests/ops/test_kernel_choices.py
     ) &
     lane1=$!
     run_files "$OUT/gpu-tests-2.txt" $(files_of blas_gpu linalg_gpu optim_gpu graphs_gpu \
