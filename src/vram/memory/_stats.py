@@ -23,22 +23,30 @@ these (``usage_stats``).
 inactive_split moves by a net amount per call (PyTorch applies one increase or decrease
 per call): ``Usage`` keeps its current value and the sum of its increases; the sum of its
 decreases is the increases less the change since the last reset.
-Peaks are the one thing that cannot be derived later. Each group (all, small, large) keeps
-two *rooms*: lower bounds of how far the count stats (allocation, active) and the byte
-stats (allocated_bytes, active_bytes, requested_bytes) are below their peaks. A malloc
-lowers both by what it adds at most (1, and the block's size: never less than the bytes
-requested); only when a room goes below zero can a peak have been passed, and then every
-peak of the group is brought up to its current value and the rooms are measured exactly.
-A free that completes at once gives back at least what the rooms count (1, and the bytes
-requested); a pending one gives nothing back (a lower bound stays one). So peaks are exact
-at every moment, and a malloc or free costs a few additions, also at a program's peak.
+Peaks are the one thing that cannot be derived later. Each pool kind has two *rooms*:
+lower bounds of how far its count stats (allocation, active) and its byte stats
+(allocated_bytes, active_bytes, requested_bytes) can rise before one passes a peak, its
+own or the aggregate's: a kind's room is at most its own distance below its peaks, and the
+two kinds' rooms together are at most the aggregate's distance below its peaks (the
+aggregate's room is shared out between the kinds). A malloc lowers its kind's rooms by what
+it adds at most (1, and the block's size: never less than the bytes requested); a free that
+completes at once gives back at least what they count (1, and the bytes requested); a
+pending one gives nothing back (a lower bound stays one). Either keeps both bounds, and
+touches one kind's rooms only. Only when a room goes below zero can a peak have been passed:
+then the kind's and the aggregate's peaks are brought up to their current values, the
+distances are measured exactly, and the rooms are shared out again (the kind gets up to
+half the aggregate's room, or more where the other kind holds less).
+A room is not stored: it is a limit less a difference of sums that malloc and free update
+anyway (the count room: ``count_limit - (allocs - frees)``; the byte room: ``bytes_limit -
+(alloc_bytes - free_requested)``), so a malloc or free writes no room, and a malloc compares
+twice, also at a program's peak. Where the sums move by other than the room does (a pending
+free, a take-back, a reset of the sums), the limit moves the other way.
 inactive_split's peaks are compared when it rises.
 """
 
 from __future__ import annotations
 
-from operator import itemgetter
-from typing import Any
+from operator import add, itemgetter
 
 __all__ = ["Stat", "DeviceStats", "STAT_NAMES", "POOL_NAMES"]
 
@@ -118,8 +126,8 @@ class Usage:
         "pending_requested",
         "base",
         "base_bytes",
-        "room_count",
-        "room_bytes",
+        "count_limit",
+        "bytes_limit",
         "peaks",
         "split_blocks",
         "split_bytes",
@@ -138,7 +146,7 @@ class Usage:
         self.pending = self.pending_bytes = self.pending_requested = 0
         self.base = (0, 0, 0)  # (count, bytes, requested) in use when the sums restarted
         self.base_bytes = 0  # base[1], read on its own by allocated_bytes()
-        self.room_count = self.room_bytes = 0  # the rooms below this kind's peaks
+        self.count_limit = self.bytes_limit = 0  # where its rooms end (see rooms())
         self.peaks = [0, 0, 0, 0, 0]  # in the order of currents()
         self.split_blocks = self.split_bytes = 0  # inactive_split(_bytes) now
         self.split_blocks_up = self.split_bytes_up = 0  # their sums of increases
@@ -171,8 +179,20 @@ class Usage:
             Stat(nbytes, peak_bytes, up_bytes, up_bytes - (nbytes - base_bytes)),
         )
 
+    def rooms(self) -> tuple[int, int]:
+        """(count room, byte room): how far the kind may rise before a peak may pass."""
+        return (
+            self.count_limit - (self.allocs - self.frees),
+            self.bytes_limit - (self.alloc_bytes - self.free_requested),
+        )
+
+    def set_rooms(self, count: int, nbytes: int) -> None:
+        self.count_limit = count + (self.allocs - self.frees)
+        self.bytes_limit = nbytes + (self.alloc_bytes - self.free_requested)
+
     def restart(self) -> None:
         """reset_accumulated: the sums start again from what is in use now."""
+        rooms = self.rooms()
         allocation, allocated, _, _, _ = self.currents()
         requested = self.base[2] + self.alloc_requested - self.free_requested
         self.base = (allocation, allocated, requested)
@@ -183,15 +203,18 @@ class Usage:
         self.split_base = (self.split_blocks, self.split_bytes)
         self.split_blocks_up = self.split_bytes_up = 0
         self.pending_base = (self.pending, self.pending_bytes, self.pending_requested)
+        self.set_rooms(*rooms)
 
 
-def _catch_up(group: Any, peaks: list[int], currents: tuple[int, ...]) -> None:
-    """Raise each peak of a group to its current value, and measure its rooms exactly."""
+def _raise(peaks: list[int], currents: tuple[int, ...]) -> tuple[int, int]:
+    """Raise each peak of a group to its current value; (count, bytes) distances below them."""
     for i, value in enumerate(currents):
         if value > peaks[i]:
             peaks[i] = value
-    group.room_count = min(peaks[0] - currents[0], peaks[2] - currents[2])
-    group.room_bytes = min(peaks[1] - currents[1], peaks[3] - currents[3], peaks[4] - currents[4])
+    return (
+        min(peaks[0] - currents[0], peaks[2] - currents[2]),
+        min(peaks[1] - currents[1], peaks[3] - currents[3], peaks[4] - currents[4]),
+    )
 
 
 class DeviceStats:
@@ -199,7 +222,6 @@ class DeviceStats:
 
     def __init__(self) -> None:
         self.small, self.large = self.usage = (Usage(), Usage())
-        self.room_count = self.room_bytes = 0  # the aggregate's rooms
         self.peaks = [0, 0, 0, 0, 0]  # the aggregate's usage peaks
         self.split_peaks = [0, 0]  # the aggregate's inactive_split peaks: (blocks, bytes)
         # the stats that change off the cached path: [all, small, large] each
@@ -221,18 +243,13 @@ class DeviceStats:
         usage.allocs += 1
         usage.alloc_bytes += size
         usage.alloc_requested += requested
-        usage.room_count -= 1
-        usage.room_bytes -= size
-        self.room_count -= 1
-        self.room_bytes -= size
-        if (usage.room_bytes | self.room_bytes | usage.room_count | self.room_count) < 0:  # any
-            _catch_up(usage, usage.peaks, usage.currents())
-            _catch_up(self, self.peaks, self._currents_all())
-        if split or split_bytes:
-            usage.split_blocks += split
-            usage.split_bytes += split_bytes
-            if split > 0 or split_bytes > 0:
-                self._split_rose(usage, split, split_bytes)
+        if (
+            usage.allocs - usage.frees > usage.count_limit
+            or usage.alloc_bytes - usage.free_requested > usage.bytes_limit
+        ):  # a room below zero (Note [Usage counters])
+            self._catch_up(usage)
+        if split_bytes or split:
+            self._split_moved(usage, split, split_bytes)
 
     def free(self, small: bool, size: int, requested: int, split: int, split_bytes: int) -> None:
         """The user freed a block and it is back in its pool (a free with no events to
@@ -241,15 +258,8 @@ class DeviceStats:
         usage.frees += 1
         usage.free_bytes += size
         usage.free_requested += requested
-        usage.room_count += 1
-        usage.room_bytes += requested
-        self.room_count += 1
-        self.room_bytes += requested
-        if split or split_bytes:
-            usage.split_blocks += split
-            usage.split_bytes += split_bytes
-            if split > 0 or split_bytes > 0:
-                self._split_rose(usage, split, split_bytes)
+        if split_bytes or split:
+            self._split_moved(usage, split, split_bytes)
 
     def reuse(
         self, small: bool, size: int, freed: int, requested: int, rest: int, whole: bool
@@ -264,19 +274,15 @@ class DeviceStats:
         usage.free_requested += freed
         usage.alloc_requested += requested
         # the counts and allocated and active bytes come back where they were; only
-        # requested_bytes moves, by requested - freed: its room shrinks by that at most
-        if requested > freed:
-            usage.room_bytes += freed - requested
-            self.room_bytes += freed - requested
-            if (usage.room_bytes | self.room_bytes) < 0:
-                _catch_up(usage, usage.peaks, usage.currents())
-                _catch_up(self, self.peaks, self._currents_all())
+        # requested_bytes moves, by requested - freed: the byte room shrinks by that at most
+        usage.bytes_limit -= max(freed, requested)
+        if requested > freed and usage.alloc_bytes - usage.free_requested > usage.bytes_limit:
+            self._catch_up(usage)
         if whole:  # the free takes the rest out of inactive_split, the alloc puts it back
             usage.split_blocks_up += 1
             usage.split_bytes_up += rest
         else:  # the merged block stays split: the free adds its bytes, the alloc takes them
-            usage.split_bytes += size
-            self._split_rose(usage, 0, size)
+            self._split_moved(usage, 0, size)
             usage.split_bytes -= size
 
     def free_requested(self, small: bool, size: int, requested: int) -> None:
@@ -286,6 +292,8 @@ class DeviceStats:
         usage.frees += 1
         usage.free_bytes += size
         usage.free_requested += requested
+        usage.count_limit -= 1  # (the rooms stay: active and requested_bytes are unchanged)
+        usage.bytes_limit -= requested
         usage.pending += 1
         usage.pending_bytes += size
         usage.pending_requested += requested
@@ -298,30 +306,49 @@ class DeviceStats:
         usage.pending -= 1
         usage.pending_bytes -= size
         usage.pending_requested -= requested
-        if split or split_bytes:
-            usage.split_blocks += split
-            usage.split_bytes += split_bytes
-            if split > 0 or split_bytes > 0:
-                self._split_rose(usage, split, split_bytes)
+        if split_bytes or split:
+            self._split_moved(usage, split, split_bytes)
 
-    def _split_rose(self, usage: Usage, blocks: int, nbytes: int) -> None:
-        """inactive_split(_bytes) rose by (``blocks``, ``nbytes``) (already added; one may
-        be <= 0): the sums of increases, and the peaks (they can pass only now)."""
-        if nbytes > 0:
-            usage.split_bytes_up += nbytes
-        if blocks > 0:
-            usage.split_blocks_up += blocks
-        mine, every = usage.split_peaks, self.split_peaks
-        if usage.split_blocks > mine[0]:
-            mine[0] = usage.split_blocks
-        if usage.split_bytes > mine[1]:
-            mine[1] = usage.split_bytes
-        total = self.small.split_blocks + self.large.split_blocks
-        if total > every[0]:
-            every[0] = total
-        total = self.small.split_bytes + self.large.split_bytes
-        if total > every[1]:
-            every[1] = total
+    def _catch_up(self, usage: Usage) -> None:
+        """A room of ``usage``'s kind is below zero: raise the kind's and the aggregate's
+        peaks to their current values, and share the rooms out again (Note [Usage
+        counters]): the other kind keeps at most what is left once this one has up to half
+        of the aggregate's room."""
+        other = self.large if usage is self.small else self.small
+        mine = usage.currents()
+        own = _raise(usage.peaks, mine)
+        every = _raise(self.peaks, tuple(map(add, mine, other.currents())))
+        (own_count, own_bytes), (all_count, all_bytes) = own, every
+        their_count, their_bytes = other.rooms()
+        keep_count = min(their_count, all_count - min(own_count, (all_count + 1) // 2))
+        keep_bytes = min(their_bytes, all_bytes - min(own_bytes, (all_bytes + 1) // 2))
+        other.set_rooms(keep_count, keep_bytes)
+        usage.set_rooms(
+            min(own_count, all_count - keep_count), min(own_bytes, all_bytes - keep_bytes)
+        )
+
+    def _split_moved(self, usage: Usage, blocks: int, nbytes: int) -> None:
+        """inactive_split(_bytes) of ``usage``'s kind moved by (``blocks``, ``nbytes``) in
+        one call: the current values, the sums of increases, and the peaks (they can pass
+        only on a rise)."""
+        if blocks:
+            usage.split_blocks += blocks
+            if blocks > 0:
+                usage.split_blocks_up += blocks
+                if usage.split_blocks > usage.split_peaks[0]:
+                    usage.split_peaks[0] = usage.split_blocks
+                total = self.small.split_blocks + self.large.split_blocks
+                if total > self.split_peaks[0]:
+                    self.split_peaks[0] = total
+        if nbytes:
+            usage.split_bytes += nbytes
+            if nbytes > 0:
+                usage.split_bytes_up += nbytes
+                if usage.split_bytes > usage.split_peaks[1]:
+                    usage.split_peaks[1] = usage.split_bytes
+                total = self.small.split_bytes + self.large.split_bytes
+                if total > self.split_peaks[1]:
+                    self.split_peaks[1] = total
 
     def _split_stats(self, pool: int) -> tuple[Stat, Stat]:
         """inactive_split and inactive_split_bytes of a group (0 all, 1 small, 2 large)."""
@@ -437,10 +464,9 @@ class DeviceStats:
     def reset_peak(self) -> None:
         for usage in self.usage:
             usage.peaks = list(usage.currents())
-            usage.room_count = usage.room_bytes = 0
+            usage.set_rooms(0, 0)
             usage.split_peaks = [usage.split_blocks, usage.split_bytes]
         self.peaks = list(self._currents_all())
-        self.room_count = self.room_bytes = 0
         self.split_peaks = [
             self.small.split_blocks + self.large.split_blocks,
             self.small.split_bytes + self.large.split_bytes,
