@@ -779,7 +779,7 @@ class DeviceCachingAllocator(FreesDropped):
             raise ValueError(f"ptr: {ptr:#x} is not a live allocation of {self.device}")
         lifetimes = self.lifetimes
         pending = False
-        if self.no_caching or self._note_frees or lifetimes.stream_uses:
+        if self._free_waits or lifetimes.stream_uses:
             try:
                 if self.no_caching:
                     self._wait_before_giving_back(block)
@@ -953,6 +953,7 @@ class DeviceCachingAllocator(FreesDropped):
         self._oversize_rules = config.max_split_size != SIZE_MAX
         self._split_always = config.expandable_segments  # rest >= 512 B splits, as small
         self._note_frees = config.cross_stream_reuse
+        self._free_waits = self.no_caching or self._note_frees  # _free has work before give
         self._expandable_on = config.expandable_segments and not self.no_caching
         self._hooks_changed()
 
