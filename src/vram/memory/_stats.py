@@ -42,7 +42,8 @@ anyway (the count room: ``count_limit - (allocs - frees)``; the byte room: ``byt
 (alloc_bytes - free_requested)``), so a malloc or free writes no room, and a malloc compares
 twice, also at a program's peak. Where the sums move by other than the room does (a pending
 free, a take-back, a reset of the sums), the limit moves the other way.
-inactive_split's peaks are compared when it rises.
+inactive_split's and inactive_split_bytes' peaks are kept with rooms shared out the same way
+(Note [inactive_split_bytes]).
 
 Note [inactive_split_bytes]
 The free bytes of split device allocations move, on nearly every call, by exactly what
@@ -54,10 +55,11 @@ moves it otherwise (a whole segment split or handed out whole, a segment whole a
 expandable block) changes the offset. Its sum of increases is kept the same way: a free
 that stays split raises it by the bytes freed, which ``free_bytes`` counts already, so
 ``split_up_extra`` holds only what other calls add, less the bytes of completed frees that
-raised it by other than their size. Its peaks are kept with rooms as the usage stats' are:
-``split_limit`` is how far it may rise before a peak (the kind's or the aggregate's) may
-pass, shared out between the kinds, and ``split_mark`` is that limit in the units a free
-compares (``free_bytes - alloc_bytes``), so a free that stays split compares once.
+raised it by other than their size. Its peaks, and inactive_split's, are kept with rooms
+as the usage stats' are: ``split_limit`` (``split_blocks_limit``) is what it may rise to
+before a peak, the kind's or the aggregate's, may pass, the rooms shared out between the
+kinds; ``split_mark`` is ``split_limit`` in the units a free compares (``free_bytes -
+alloc_bytes``), so a free that stays split compares twice and writes at most two counts.
 """
 
 from __future__ import annotations
