@@ -295,7 +295,11 @@ class DeviceStats:
         ):  # a room below zero (Note [Usage counters])
             self._catch_up(usage)
         if split_bytes != -size or split > 0:
-            self._split_moved(usage, split, split_bytes, size)
+            if split or split_bytes:
+                self._split_moved(usage, split, split_bytes, size)
+            else:  # a block outside split allocations: the offset follows active_bytes
+                usage.split_offset += size
+                usage.split_mark -= size
         elif split:  # a free block of a split allocation handed out whole: a fall
             usage.split_blocks += split
         # (else: the offset holds, Note [inactive_split_bytes])
@@ -308,7 +312,12 @@ class DeviceStats:
         usage.free_bytes += size
         usage.free_requested += requested
         if split_bytes != size or split < 0:
-            self._split_moved(usage, split, split_bytes, -size)
+            if split or split_bytes:
+                self._split_moved(usage, split, split_bytes, -size)
+            else:  # a block outside split allocations (as _split_moved would count it)
+                usage.split_offset -= size
+                usage.split_mark += size
+                usage.split_up_extra -= size
         else:  # it stays split: its bytes join inactive_split_bytes, and so may the block
             if split:
                 usage.split_blocks += split
