@@ -408,10 +408,11 @@ class DeviceStats:
         if moved:
             usage.split_offset += moved
             usage.split_mark -= moved
+        extra = nbytes if nbytes > 0 else 0
         if active < 0:  # a completed free: free_bytes counts its size as an increase
-            usage.split_up_extra += max(nbytes, 0) + active
-        elif nbytes > 0:
-            usage.split_up_extra += nbytes
+            extra += active
+        if extra:
+            usage.split_up_extra += extra
         if (
             usage.split_blocks > usage.split_blocks_limit
             or usage.free_bytes - usage.alloc_bytes > usage.split_mark
