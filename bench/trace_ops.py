@@ -18,7 +18,10 @@ every peer on every trace in turn (a shared machine's slow moments fall on all a
 is the median µs per request over the rounds, with its ratio to PyTorch and to CuPy.
 
 ``--vram-src DIR`` runs vram from another source tree (an older commit: the "before" rows)
-and ``--label`` names it; ``--device sim:0`` times vram alone, to check the script anywhere.
+and ``--label`` names it; ``--also-src DIR`` (named by ``--also-label``, "before") loads a
+second tree's vram beside the first, in the same process, as one more peer: its rounds are
+interleaved with the others', so a before/after ratio does not move with the machine's
+load between runs. ``--device sim:0`` times vram alone, to check the script anywhere.
 
     python bench/trace_ops.py [--traces DIR] [--repeats 7] [--out DIR]
 """
@@ -36,6 +39,7 @@ from pathlib import Path
 if "--vram-src" in sys.argv:  # before vram is imported: run another tree's vram
     sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--vram-src") + 1]).resolve()))
 
+import importlib  # noqa: E402
 import json  # noqa: E402
 
 import vram  # noqa: E402
@@ -92,6 +96,36 @@ def _vram(device: vram.Device) -> Runner:
     return replayer(vram.memory.caching_allocator_alloc, vram.memory.caching_allocator_delete)
 
 
+def _other_vram(src: str) -> object:
+    """The vram package of source tree ``src``, imported beside the one already loaded (its
+    modules are kept apart from sys.modules, so each copy sees only its own)."""
+
+    def ours() -> dict:
+        return {k: v for k, v in sys.modules.items() if k == "vram" or k.startswith("vram.")}
+
+    saved = ours()
+    for name in saved:
+        del sys.modules[name]
+    sys.path.insert(0, str(Path(src).resolve()))
+    try:
+        return importlib.import_module("vram")
+    finally:
+        sys.path.pop(0)
+        for name in ours():
+            del sys.modules[name]
+        sys.modules.update(saved)
+
+
+def _also(src: str) -> Callable[[vram.Device], Runner]:
+    def setup(device: vram.Device) -> Runner:
+        other = _other_vram(src)
+        other.set_device(other.device(str(device)))
+        memory = other.memory
+        return replayer(memory.caching_allocator_alloc, memory.caching_allocator_delete)
+
+    return setup
+
+
 def _torch(device: vram.Device) -> Runner:
     if device.type != "cuda":
         raise _Skip("PyTorch times a real GPU only")
@@ -141,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vram-src", default=None, help="run vram from this source folder")
     parser.add_argument("--label", default="vram", help="the name of vram's rows")
     parser.add_argument("--only-vram", action="store_true", help="time vram alone")
+    parser.add_argument("--also-src", default=None, help="also run this tree's vram, interleaved")
+    parser.add_argument("--also-label", default="before", help="the name of --also-src's rows")
     parser.add_argument("--sequences", default=None, help="read the requests from this JSON")
     parser.add_argument("--dump-sequences", default=None, help="write the requests as JSON")
     add_output_arguments(parser)
@@ -160,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     if options.dump_sequences:
         Path(options.dump_sequences).write_text(json.dumps(traces))
     peers = [(options.label, _vram)]
+    if options.also_src:
+        peers.append((options.also_label, _also(options.also_src)))
     if not options.only_vram:
         peers += [("pytorch", _torch), ("cupy", _cupy), ("python floor", _floor)]
     runners: dict[str, Runner] = {}
@@ -187,16 +225,18 @@ def main(argv: list[str] | None = None) -> int:
                 "us_per_op": round(us, 3),
                 "runs_us": [round(t, 3) for t in times[trace, name]],
             }
-            for peer in ("pytorch", "cupy"):
+            for peer in ("pytorch", "cupy", options.also_label if options.also_src else None):
                 if peer in medians and name != peer:
                     row[f"ratio_to_{peer}"] = round(us / medians[peer], 3)
             rows.append(row)
     name = "trace_ops" if options.label == "vram" else f"trace_ops-{options.label}"
     written = write_results(name, device, rows, options.out, options.save)
     print(f"\ntrace alloc/free sequences on {device} ({device_name(device)}), µs per request")
-    print(f"{'trace':<34}{'impl':<18}{'requests':>9}{'µs/op':>9}{'/torch':>8}{'/cupy':>8}")
+    columns = ("pytorch", "cupy", *((options.also_label,) if options.also_src else ()))
+    header = "".join(f"{'/' + ('torch' if p == 'pytorch' else p)[:7]:>8}" for p in columns)
+    print(f"{'trace':<34}{'impl':<18}{'requests':>9}{'µs/op':>9}{header}")
     for row in rows:
-        ratios = [row.get(f"ratio_to_{p}") for p in ("pytorch", "cupy")]
+        ratios = [row.get(f"ratio_to_{p}") for p in columns]
         cells = "".join("       -" if r is None else f"{r:8.2f}" for r in ratios)
         print(
             f"{row['trace']:<34}{row['impl']:<18}{row['requests']:>9}{row['us_per_op']:9.3f}{cells}"

@@ -110,7 +110,8 @@ def test_a_split_whose_stale_entry_rebuilds_the_heaps_indexes_its_rest():
     while found.stale + 1 <= len(found.blocks) - 1 + 64:  # the next remove keeps the heaps
         pool.remove(blocks[i])
         i += 1
-    rest = pool.take(blocks[i], MiB)  # its stale entry is one too many: a rebuild
+    assert pool.take(blocks[i], MiB) == (1, 3 * MiB)  # its stale entry: one too many
+    rest = blocks[i].next  # (a rebuild: the rest of the whole segment split is a new block)
     assert found.stale == sum(map(len, found.heaps.values())) - len(found.blocks)
     assert found.heaps[3 * MiB] == [rest.ptr]
     assert pool.best_fit(7, 3 * MiB) is rest

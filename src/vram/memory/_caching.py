@@ -64,12 +64,13 @@ OutOfMemoryError and says why it happened (``register_oom_report``).
 Note [The cached path]
 A request served from the cache costs a handful of frames: ``malloc`` (rounding, the pool,
 the split decision, the bookkeeping of the hand-out), ``Pool.best_fit`` and ``Pool.take``
-(the index, with the pool's invariants asserted there) and ``DeviceStats.alloc``; a free,
-``_free`` and ``Pool.give`` (which also says how inactive_split changed) and
-``DeviceStats.free``. ``_find_free_block`` decides what best fit's answer is worth (the
-find hook, GC's count, expandable segments, the oversize rules); malloc asks best fit
-itself only with no hook and no GC, and goes to ``_find_free_block`` whenever the answer
-is expandable or over the oversize limit, so the search is decided there. Everything else
+(the index, with the pool's invariants asserted there; both say how inactive_split changed)
+and ``DeviceStats.alloc``; a free, ``_free`` and ``Pool.give`` and ``DeviceStats.free``.
+``_find_free_block`` decides what best fit's answer is worth (the find hook, GC's count,
+expandable segments, the oversize rules); malloc asks best fit itself only where none of
+them can change the answer (``_plain_fit``: no hook, no GC, no max_split_size, and no
+expandable segment made yet, since one outlives the setting), so the search is decided
+there. Everything else
 (routes, expandable segments, record_use events, history, the uncached allocator, growing)
 branches off from there and comes back, so no configuration has a path of its own that
 could decide differently.
@@ -194,7 +195,8 @@ class DeviceCachingAllocator(FreesDropped):
         self.routes: list[Route] = []  # requests routed to private pools, latest first
         self._gc_on = False
         self._takes_back = False  # (Note [Taking a dropped block back]; _settings sets it)
-        self._plain_search = True  # no block finder, no GC: malloc asks best fit itself
+        self._expandable_made = False  # an expandable segment was made (it outlives the setting)
+        self._plain_fit = True  # best fit's answer is _find_free_block's: malloc asks it itself
         self._settings(self.config)
         if self.config.per_process_memory_fraction < 1.0:
             self._set_fraction(self.config.per_process_memory_fraction)
@@ -249,14 +251,8 @@ class DeviceCachingAllocator(FreesDropped):
             if lifetimes.waiting:
                 self._free_completed()
             # a free block, or new memory
-            if self._plain_search:  # best fit's answer where _find_free_block would keep it
+            if self._plain_fit:  # best fit's answer is _find_free_block's (Note [The cached path])
                 block = pool.best_fit(stream, rounded)
-                if block is not None and (
-                    block.size
-                    >= (self._max_split if rounded < self._max_split else rounded + self._non_split)
-                    or block.segment.source.expandable
-                ):
-                    block = self._find_free_block(pool, rounded, stream)
             else:
                 block = self._find_free_block(pool, rounded, stream)
             grown = block is None
@@ -269,27 +265,15 @@ class DeviceCachingAllocator(FreesDropped):
                         self._trace("oom", free, rounded, stream)
                     error, observed = _oom[0](self, size, stream)
             if block is not None:
-                # the split: the request takes the front, the rest stays free; and
-                # inactive_split (free blocks of split device allocations), as PyTorch counts
-                whole = block.size
-                rest = whole - rounded
+                # the split: the request takes the front, the rest stays free
+                rest = block.size - rounded
                 if small or self._split_always:
                     split = rest >= MIN_BLOCK_SIZE
                 else:
                     split = rest > SMALL_SIZE and rounded < self._max_split
-                if block.prev is None and block.next is None:
-                    split_blocks, split_bytes = (1, rest) if split else (0, 0)
-                else:
-                    split_blocks, split_bytes = (0, -rounded) if split else (-1, -whole)
-                if split:
-                    pool.take(block, rounded)
-                    whole = rounded
-                else:
-                    pool.take(block, whole)
+                keep = rounded if split else block.size
+                split_blocks, split_bytes = pool.take(block, keep)
                 if grown:  # (not best fit's answer: nothing to take back, see the Note)
-                    block.mark = -1
-                if block.segment.source.expandable:
-                    split_blocks = split_bytes = 0
                     block.mark = -1
                 block.state = ALLOCATED
                 block.requested_size = size
@@ -302,8 +286,8 @@ class DeviceCachingAllocator(FreesDropped):
                         pool.give(block)
                         raise
                 self._allocated[ptr] = block
-                self.stats.alloc(small, whole, size, split_blocks, split_bytes)
-                if self._oversize_rules and whole >= self._max_split:
+                self.stats.alloc(small, keep, size, split_blocks, split_bytes)
+                if self._oversize_rules and keep >= self._max_split:
                     block.mark = -1
                     self._oversize.add(block)
                     self.stats.oversize_allocations.increase(1)
@@ -737,6 +721,9 @@ class DeviceCachingAllocator(FreesDropped):
         cudaMallocMaybeCapturing): a capture may not forbid the allocator its own growth."""
         limit = self.allowed_memory_maximum
         if self._expandable_on and pool.owner is None:
+            if not self._expandable_made:
+                self._expandable_made = True
+                self._hooks_changed()
             page = SMALL_BUFFER if pool.is_small else self.config.expandable_page_size
             budget = None if limit is None else limit - self.total_allocated_memory
             return self.expandable.grow(pool, stream, size, page, budget)
@@ -792,7 +779,7 @@ class DeviceCachingAllocator(FreesDropped):
             raise ValueError(f"ptr: {ptr:#x} is not a live allocation of {self.device}")
         lifetimes = self.lifetimes
         pending = False
-        if self.no_caching or self._note_frees or lifetimes.stream_uses:
+        if self._free_waits or lifetimes.stream_uses:
             try:
                 if self.no_caching:
                     self._wait_before_giving_back(block)
@@ -966,6 +953,7 @@ class DeviceCachingAllocator(FreesDropped):
         self._oversize_rules = config.max_split_size != SIZE_MAX
         self._split_always = config.expandable_segments  # rest >= 512 B splits, as small
         self._note_frees = config.cross_stream_reuse
+        self._free_waits = self.no_caching or self._note_frees  # _free has work before give
         self._expandable_on = config.expandable_segments and not self.no_caching
         self._hooks_changed()
 
@@ -979,7 +967,9 @@ class DeviceCachingAllocator(FreesDropped):
             or self._note_frees
             or self.no_caching
         )
-        self._plain_search = self._finder is None and not self._gc_on
+        self._plain_fit = not (
+            self._finder is not None or self._gc_on or self._oversize_rules or self._expandable_made
+        )
 
     def _set_fraction(self, fraction: float) -> None:
         """PyTorch's setMemoryFraction: a share of the total that cudaMemGetInfo reports now."""

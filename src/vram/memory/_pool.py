@@ -241,10 +241,11 @@ class Pool:
         """A FREE block leaves the index (to be handed out, merged or released)."""
         self.index[block.segment.stream].remove(block)
 
-    def take(self, block: Block, size: int) -> Block | None:
+    def take(self, block: Block, size: int) -> tuple[int, int]:
         """A FREE block leaves the index to be handed out, keeping its first ``size``
         bytes: when that is less than its size, the rest stays in the index as a new FREE
-        block (``split``), which is returned.
+        block (``split``). Returns how that changed the free blocks of split device
+        allocations (PyTorch's inactive_split): (blocks, bytes).
 
         (``remove`` and ``split`` in one frame: the allocator's cached path runs it on
         nearly every malloc.)
@@ -265,13 +266,17 @@ class Pool:
             if found.stale > len(blocks) + 64:
                 found.rebuild()
                 heaps = found.heaps  # (the rebuild made new heaps: the rest goes there)
+        after = block.next
+        was_split = block.prev is not None or after is not None
         if size >= whole:
             found.version += 1
             block.mark = -1
-            return None
+            if not was_split or block.segment.source.expandable:
+                return 0, 0
+            return -1, -whole  # a free block of a split allocation is handed out whole
         assert 0 < size, "a split leaves two non-empty blocks"
         rest = Block(ptr + size, whole - size, block.segment, FREE)
-        after = rest.next = block.next
+        rest.next = after
         if after is not None:
             after.prev = rest
         rest.prev = block
@@ -279,20 +284,25 @@ class Pool:
         block.size = size
         if block.use_events:
             rest.use_events = list(block.use_events)
-        ptr, rest_size = rest.ptr, rest.size  # (_StreamIndex.add, inline)
+        ptr, whole = rest.ptr, whole - size  # (_StreamIndex.add, inline)
         blocks[ptr] = rest
-        heap = heaps.get(rest_size)
+        heap = heaps.get(whole)
         if heap is None:
-            heaps[rest_size] = [ptr]
-            insort(found.sizes, rest_size)
+            heaps[whole] = [ptr]
+            insort(found.sizes, whole)
         elif heap[0] != ptr:
             heappush(heap, ptr)
         else:
             found.stale -= 1
         rest.gc_age = self.get_free_blocks_call_count
         found.version += 2
+        if block.segment.source.expandable:  # (pages, not split device allocations)
+            block.mark = -1
+            return 0, 0
         block.mark = found.version
-        return rest
+        if was_split:
+            return 0, -size  # the free block shrank by what is handed out
+        return 1, whole  # the rest is a new free block of a split allocation
 
     def give(self, block: Block) -> tuple[int, int]:
         """A block outside the index, its uses over, becomes FREE: it absorbs its FREE

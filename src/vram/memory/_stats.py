@@ -22,23 +22,49 @@ Every current value and every sum of increases or decreases is a sum or differen
 these (``usage_stats``).
 inactive_split moves by a net amount per call (PyTorch applies one increase or decrease
 per call): ``Usage`` keeps its current value and the sum of its increases; the sum of its
-decreases is the increases less the change since the last reset.
-Peaks are the one thing that cannot be derived later. Each group (all, small, large) keeps
-two *rooms*: lower bounds of how far the count stats (allocation, active) and the byte
-stats (allocated_bytes, active_bytes, requested_bytes) are below their peaks. A malloc
-lowers both by what it adds at most (1, and the block's size: never less than the bytes
-requested); only when a room goes below zero can a peak have been passed, and then every
-peak of the group is brought up to its current value and the rooms are measured exactly.
-A free that completes at once gives back at least what the rooms count (1, and the bytes
-requested); a pending one gives nothing back (a lower bound stays one). So peaks are exact
-at every moment, and a malloc or free costs a few additions, also at a program's peak.
-inactive_split's peaks are compared when it rises.
+decreases is the increases less the change since the last reset. inactive_split_bytes is
+kept without a write on the cached path (Note [inactive_split_bytes]).
+Peaks are the one thing that cannot be derived later. Each pool kind has two *rooms*:
+lower bounds of how far its count stats (allocation, active) and its byte stats
+(allocated_bytes, active_bytes, requested_bytes) can rise before one passes a peak, its
+own or the aggregate's: a kind's room is at most its own distance below its peaks, and the
+two kinds' rooms together are at most the aggregate's distance below its peaks (the
+aggregate's room is shared out between the kinds). A malloc lowers its kind's rooms by what
+it adds at most (1, and the block's size: never less than the bytes requested); a free that
+completes at once gives back at least what they count (1, and the bytes requested); a
+pending one gives nothing back (a lower bound stays one). Either keeps both bounds, and
+touches one kind's rooms only. Only when a room goes below zero can a peak have been passed:
+then the kind's and the aggregate's peaks are brought up to their current values, the
+distances are measured exactly, and the rooms are shared out again (the kind gets up to
+half the aggregate's room, or more where the other kind holds less).
+A room is not stored: it is a limit less a difference of sums that malloc and free update
+anyway (the count room: ``count_limit - (allocs - frees)``; the byte room: ``bytes_limit -
+(alloc_bytes - free_requested)``), so a malloc or free writes no room, and a malloc compares
+twice, also at a program's peak. Where the sums move by other than the room does (a pending
+free, a take-back, a reset of the sums), the limit moves the other way.
+inactive_split's and inactive_split_bytes' peaks are kept with rooms shared out the same way
+(Note [inactive_split_bytes]).
+
+Note [inactive_split_bytes]
+The free bytes of split device allocations move, on nearly every call, by exactly what
+active_bytes moves the other way: a malloc cut from a free block of a split allocation
+moves its bytes from one to the other, and so does a free that stays in a split
+allocation. So a kind keeps an *offset*: inactive_split_bytes is ``split_offset`` less
+active_bytes' sums (``alloc_bytes - free_bytes + pending_bytes``), and only a call that
+moves it otherwise (a whole segment split or handed out whole, a segment whole again, an
+expandable block) changes the offset. Its sum of increases is kept the same way: a free
+that stays split raises it by the bytes freed, which ``free_bytes`` counts already, so
+``split_up_extra`` holds only what other calls add, less the bytes of completed frees that
+raised it by other than their size. Its peaks, and inactive_split's, are kept with rooms
+as the usage stats' are: ``split_limit`` (``split_blocks_limit``) is what it may rise to
+before a peak, the kind's or the aggregate's, may pass, the rooms shared out between the
+kinds; ``split_mark`` is ``split_limit`` in the units a free compares (``free_bytes -
+alloc_bytes``), so a free that stays split compares twice and writes at most two counts.
 """
 
 from __future__ import annotations
 
-from operator import itemgetter
-from typing import Any
+from operator import add, itemgetter
 
 __all__ = ["Stat", "DeviceStats", "STAT_NAMES", "POOL_NAMES"]
 
@@ -118,13 +144,16 @@ class Usage:
         "pending_requested",
         "base",
         "base_bytes",
-        "room_count",
-        "room_bytes",
+        "count_limit",
+        "bytes_limit",
         "peaks",
         "split_blocks",
-        "split_bytes",
+        "split_offset",
         "split_blocks_up",
-        "split_bytes_up",
+        "split_up_extra",
+        "split_blocks_limit",
+        "split_limit",
+        "split_mark",
         "split_base",
         "split_peaks",
         "pending_base",
@@ -138,10 +167,16 @@ class Usage:
         self.pending = self.pending_bytes = self.pending_requested = 0
         self.base = (0, 0, 0)  # (count, bytes, requested) in use when the sums restarted
         self.base_bytes = 0  # base[1], read on its own by allocated_bytes()
-        self.room_count = self.room_bytes = 0  # the rooms below this kind's peaks
+        self.count_limit = self.bytes_limit = 0  # where its rooms end (see rooms())
         self.peaks = [0, 0, 0, 0, 0]  # in the order of currents()
-        self.split_blocks = self.split_bytes = 0  # inactive_split(_bytes) now
-        self.split_blocks_up = self.split_bytes_up = 0  # their sums of increases
+        self.split_blocks = 0  # inactive_split now
+        self.split_blocks_up = 0  # its sum of increases
+        self.split_blocks_limit = 0  # what it may rise to before a peak may pass
+        # inactive_split_bytes (Note [inactive_split_bytes]): split_bytes() now, its sum of
+        # increases less what free_bytes counts, and its room (as a value it may rise to,
+        # and as what free_bytes - alloc_bytes may rise to)
+        self.split_offset = self.split_up_extra = 0
+        self.split_limit = self.split_mark = 0
         self.split_base = (0, 0)  # (blocks, bytes) when the sums restarted
         self.split_peaks = [0, 0]  # (blocks, bytes)
         self.pending_base = (0, 0, 0)  # the pending sums when the sums restarted
@@ -161,18 +196,40 @@ class Usage:
             active_requested + self.pending_requested,
         )
 
+    def split_bytes(self) -> int:
+        """inactive_split_bytes now (Note [inactive_split_bytes])."""
+        return self.split_offset - (self.alloc_bytes - self.free_bytes + self.pending_bytes)
+
+    def set_split_limit(self, limit: int) -> None:
+        """inactive_split_bytes may rise to ``limit`` before a peak may pass."""
+        self.split_limit = limit
+        self.split_mark = limit - self.split_offset + self.pending_bytes
+
     def split_stats(self) -> tuple[Stat, Stat]:
         """inactive_split and inactive_split_bytes as Stats."""
         (base_blocks, base_bytes), (peak_blocks, peak_bytes) = self.split_base, self.split_peaks
-        blocks, nbytes = self.split_blocks, self.split_bytes
-        up_blocks, up_bytes = self.split_blocks_up, self.split_bytes_up
+        blocks, nbytes = self.split_blocks, self.split_bytes()
+        up_blocks = self.split_blocks_up
+        up_bytes = self.split_up_extra + self.free_bytes - self.pending_bytes + self.pending_base[1]
         return (
             Stat(blocks, peak_blocks, up_blocks, up_blocks - (blocks - base_blocks)),
             Stat(nbytes, peak_bytes, up_bytes, up_bytes - (nbytes - base_bytes)),
         )
 
+    def rooms(self) -> tuple[int, int]:
+        """(count room, byte room): how far the kind may rise before a peak may pass."""
+        return (
+            self.count_limit - (self.allocs - self.frees),
+            self.bytes_limit - (self.alloc_bytes - self.free_requested),
+        )
+
+    def set_rooms(self, count: int, nbytes: int) -> None:
+        self.count_limit = count + (self.allocs - self.frees)
+        self.bytes_limit = nbytes + (self.alloc_bytes - self.free_requested)
+
     def restart(self) -> None:
         """reset_accumulated: the sums start again from what is in use now."""
+        rooms, split_bytes = self.rooms(), self.split_bytes()
         allocation, allocated, _, _, _ = self.currents()
         requested = self.base[2] + self.alloc_requested - self.free_requested
         self.base = (allocation, allocated, requested)
@@ -180,18 +237,30 @@ class Usage:
         self.allocs = self.alloc_bytes = self.alloc_requested = 0
         self.frees = self.free_bytes = self.free_requested = 0
         self.reuses = self.reuse_bytes = 0
-        self.split_base = (self.split_blocks, self.split_bytes)
-        self.split_blocks_up = self.split_bytes_up = 0
+        self.split_base = (self.split_blocks, split_bytes)
+        self.split_blocks_up = self.split_up_extra = 0
         self.pending_base = (self.pending, self.pending_bytes, self.pending_requested)
+        self.set_rooms(*rooms)
+        self.split_offset = split_bytes + self.pending_bytes
+        self.set_split_limit(self.split_limit)
 
 
-def _catch_up(group: Any, peaks: list[int], currents: tuple[int, ...]) -> None:
-    """Raise each peak of a group to its current value, and measure its rooms exactly."""
+def _kept(theirs: int, own: int, every: int) -> int:
+    """The room the other kind keeps at a catch-up: at most its room now, and at most what
+    is left of the aggregate's room ``every`` once this kind has up to half of it (or all
+    it can use, ``own``)."""
+    return min(theirs, every - min(own, (every + 1) // 2))
+
+
+def _raise(peaks: list[int], currents: tuple[int, ...]) -> tuple[int, int]:
+    """Raise each peak of a group to its current value; (count, bytes) distances below them."""
     for i, value in enumerate(currents):
         if value > peaks[i]:
             peaks[i] = value
-    group.room_count = min(peaks[0] - currents[0], peaks[2] - currents[2])
-    group.room_bytes = min(peaks[1] - currents[1], peaks[3] - currents[3], peaks[4] - currents[4])
+    return (
+        min(peaks[0] - currents[0], peaks[2] - currents[2]),
+        min(peaks[1] - currents[1], peaks[3] - currents[3], peaks[4] - currents[4]),
+    )
 
 
 class DeviceStats:
@@ -199,7 +268,6 @@ class DeviceStats:
 
     def __init__(self) -> None:
         self.small, self.large = self.usage = (Usage(), Usage())
-        self.room_count = self.room_bytes = 0  # the aggregate's rooms
         self.peaks = [0, 0, 0, 0, 0]  # the aggregate's usage peaks
         self.split_peaks = [0, 0]  # the aggregate's inactive_split peaks: (blocks, bytes)
         # the stats that change off the cached path: [all, small, large] each
@@ -221,18 +289,20 @@ class DeviceStats:
         usage.allocs += 1
         usage.alloc_bytes += size
         usage.alloc_requested += requested
-        usage.room_count -= 1
-        usage.room_bytes -= size
-        self.room_count -= 1
-        self.room_bytes -= size
-        if (usage.room_bytes | self.room_bytes | usage.room_count | self.room_count) < 0:  # any
-            _catch_up(usage, usage.peaks, usage.currents())
-            _catch_up(self, self.peaks, self._currents_all())
-        if split or split_bytes:
+        if (
+            usage.allocs - usage.frees > usage.count_limit
+            or usage.alloc_bytes - usage.free_requested > usage.bytes_limit
+        ):  # a room below zero (Note [Usage counters])
+            self._catch_up(usage)
+        if split_bytes != -size or split > 0:
+            if split or split_bytes:
+                self._split_moved(usage, split, split_bytes, size)
+            else:  # a block outside split allocations: the offset follows active_bytes
+                usage.split_offset += size
+                usage.split_mark -= size
+        elif split:  # a free block of a split allocation handed out whole: a fall
             usage.split_blocks += split
-            usage.split_bytes += split_bytes
-            if split > 0 or split_bytes > 0:
-                self._split_rose(usage, split, split_bytes)
+        # (else: the offset holds, Note [inactive_split_bytes])
 
     def free(self, small: bool, size: int, requested: int, split: int, split_bytes: int) -> None:
         """The user freed a block and it is back in its pool (a free with no events to
@@ -241,15 +311,22 @@ class DeviceStats:
         usage.frees += 1
         usage.free_bytes += size
         usage.free_requested += requested
-        usage.room_count += 1
-        usage.room_bytes += requested
-        self.room_count += 1
-        self.room_bytes += requested
-        if split or split_bytes:
-            usage.split_blocks += split
-            usage.split_bytes += split_bytes
-            if split > 0 or split_bytes > 0:
-                self._split_rose(usage, split, split_bytes)
+        if split_bytes != size or split < 0:
+            if split or split_bytes:
+                self._split_moved(usage, split, split_bytes, -size)
+            else:  # a block outside split allocations (as _split_moved would count it)
+                usage.split_offset -= size
+                usage.split_mark += size
+                usage.split_up_extra -= size
+        else:  # it stays split: its bytes join inactive_split_bytes, and so may the block
+            if split:
+                usage.split_blocks += split
+                usage.split_blocks_up += split
+            if (
+                usage.split_blocks > usage.split_blocks_limit
+                or usage.free_bytes - usage.alloc_bytes > usage.split_mark
+            ):  # past a room
+                self._split_catch_up(usage)
 
     def reuse(
         self, small: bool, size: int, freed: int, requested: int, rest: int, whole: bool
@@ -264,20 +341,16 @@ class DeviceStats:
         usage.free_requested += freed
         usage.alloc_requested += requested
         # the counts and allocated and active bytes come back where they were; only
-        # requested_bytes moves, by requested - freed: its room shrinks by that at most
-        if requested > freed:
-            usage.room_bytes += freed - requested
-            self.room_bytes += freed - requested
-            if (usage.room_bytes | self.room_bytes) < 0:
-                _catch_up(usage, usage.peaks, usage.currents())
-                _catch_up(self, self.peaks, self._currents_all())
+        # requested_bytes moves, by requested - freed: the byte room shrinks by that at most
+        usage.bytes_limit -= max(freed, requested)
+        if requested > freed and usage.alloc_bytes - usage.free_requested > usage.bytes_limit:
+            self._catch_up(usage)
         if whole:  # the free takes the rest out of inactive_split, the alloc puts it back
             usage.split_blocks_up += 1
-            usage.split_bytes_up += rest
+            usage.split_up_extra += rest
         else:  # the merged block stays split: the free adds its bytes, the alloc takes them
-            usage.split_bytes += size
-            self._split_rose(usage, 0, size)
-            usage.split_bytes -= size
+            self._split_moved(usage, 0, size, 0)
+            self._split_moved(usage, 0, -size, 0)
 
     def free_requested(self, small: bool, size: int, requested: int) -> None:
         """The user freed a block that still waits for record_stream events (pending):
@@ -286,9 +359,12 @@ class DeviceStats:
         usage.frees += 1
         usage.free_bytes += size
         usage.free_requested += requested
+        usage.count_limit -= 1  # (the rooms stay: active and requested_bytes are unchanged)
+        usage.bytes_limit -= requested
         usage.pending += 1
         usage.pending_bytes += size
         usage.pending_requested += requested
+        usage.split_mark += size  # (active_bytes is unchanged, so is inactive_split_bytes)
 
     def free_completed(
         self, small: bool, size: int, requested: int, split: int, split_bytes: int
@@ -298,30 +374,73 @@ class DeviceStats:
         usage.pending -= 1
         usage.pending_bytes -= size
         usage.pending_requested -= requested
-        if split or split_bytes:
-            usage.split_blocks += split
-            usage.split_bytes += split_bytes
-            if split > 0 or split_bytes > 0:
-                self._split_rose(usage, split, split_bytes)
+        usage.split_mark -= size
+        self._split_moved(usage, split, split_bytes, -size)
 
-    def _split_rose(self, usage: Usage, blocks: int, nbytes: int) -> None:
-        """inactive_split(_bytes) rose by (``blocks``, ``nbytes``) (already added; one may
-        be <= 0): the sums of increases, and the peaks (they can pass only now)."""
-        if nbytes > 0:
-            usage.split_bytes_up += nbytes
-        if blocks > 0:
-            usage.split_blocks_up += blocks
-        mine, every = usage.split_peaks, self.split_peaks
-        if usage.split_blocks > mine[0]:
-            mine[0] = usage.split_blocks
-        if usage.split_bytes > mine[1]:
-            mine[1] = usage.split_bytes
-        total = self.small.split_blocks + self.large.split_blocks
-        if total > every[0]:
-            every[0] = total
-        total = self.small.split_bytes + self.large.split_bytes
-        if total > every[1]:
-            every[1] = total
+    def _catch_up(self, usage: Usage) -> None:
+        """A room of ``usage``'s kind is below zero: raise the kind's and the aggregate's
+        peaks to their current values, and share the rooms out again (Note [Usage
+        counters]): the other kind keeps at most what is left once this one has up to half
+        of the aggregate's room."""
+        other = self.large if usage is self.small else self.small
+        mine = usage.currents()
+        own = _raise(usage.peaks, mine)
+        every = _raise(self.peaks, tuple(map(add, mine, other.currents())))
+        (own_count, own_bytes), (all_count, all_bytes) = own, every
+        their_count, their_bytes = other.rooms()
+        keep_count = _kept(their_count, own_count, all_count)
+        keep_bytes = _kept(their_bytes, own_bytes, all_bytes)
+        other.set_rooms(keep_count, keep_bytes)
+        usage.set_rooms(
+            min(own_count, all_count - keep_count), min(own_bytes, all_bytes - keep_bytes)
+        )
+
+    def _split_moved(self, usage: Usage, blocks: int, nbytes: int, active: int) -> None:
+        """inactive_split(_bytes) of ``usage``'s kind moved by (``blocks``, ``nbytes``) in
+        one call that moved active_bytes by ``active`` (a free's is minus its size): the
+        current values, the sums of increases, and the peaks (they can pass only on a
+        rise). Note [inactive_split_bytes]."""
+        if blocks:
+            usage.split_blocks += blocks
+            if blocks > 0:
+                usage.split_blocks_up += blocks
+        moved = nbytes + active  # (0 when it moved as active_bytes' opposite)
+        if moved:
+            usage.split_offset += moved
+            usage.split_mark -= moved
+        extra = nbytes if nbytes > 0 else 0
+        if active < 0:  # a completed free: free_bytes counts its size as an increase
+            extra += active
+        if extra:
+            usage.split_up_extra += extra
+        if (
+            usage.split_blocks > usage.split_blocks_limit
+            or usage.free_bytes - usage.alloc_bytes > usage.split_mark
+        ):  # past a room: a rise
+            self._split_catch_up(usage)
+
+    def _split_catch_up(self, usage: Usage) -> None:
+        """inactive_split or inactive_split_bytes of ``usage``'s kind rose past its room:
+        raise the kind's peaks and the aggregate's, and share the rooms out again (as
+        ``_catch_up`` does)."""
+        other = self.large if usage is self.small else self.small
+        mine = (usage.split_blocks, usage.split_bytes())
+        theirs = (other.split_blocks, other.split_bytes())
+        limits = (other.split_blocks_limit, other.split_limit)
+        kept, given = [], []
+        for i in (0, 1):
+            total = mine[i] + theirs[i]
+            if mine[i] > usage.split_peaks[i]:
+                usage.split_peaks[i] = mine[i]
+            if total > self.split_peaks[i]:
+                self.split_peaks[i] = total
+            own, every = usage.split_peaks[i] - mine[i], self.split_peaks[i] - total
+            kept.append(_kept(limits[i] - theirs[i], own, every))
+            given.append(min(own, every - kept[i]))
+        other.split_blocks_limit = theirs[0] + kept[0]
+        other.set_split_limit(theirs[1] + kept[1])
+        usage.split_blocks_limit = mine[0] + given[0]
+        usage.set_split_limit(mine[1] + given[1])
 
     def _split_stats(self, pool: int) -> tuple[Stat, Stat]:
         """inactive_split and inactive_split_bytes of a group (0 all, 1 small, 2 large)."""
@@ -437,13 +556,14 @@ class DeviceStats:
     def reset_peak(self) -> None:
         for usage in self.usage:
             usage.peaks = list(usage.currents())
-            usage.room_count = usage.room_bytes = 0
-            usage.split_peaks = [usage.split_blocks, usage.split_bytes]
+            usage.set_rooms(0, 0)
+            usage.split_peaks = [usage.split_blocks, usage.split_bytes()]
+            usage.split_blocks_limit = usage.split_blocks
+            usage.set_split_limit(usage.split_peaks[1])
         self.peaks = list(self._currents_all())
-        self.room_count = self.room_bytes = 0
         self.split_peaks = [
             self.small.split_blocks + self.large.split_blocks,
-            self.small.split_bytes + self.large.split_bytes,
+            self.small.split_bytes() + self.large.split_bytes(),
         ]
         for stat in self._stats():
             stat.reset_peak()
