@@ -342,15 +342,22 @@ class DeviceStats:
         usage.alloc_requested += requested
         # the counts and allocated and active bytes come back where they were; only
         # requested_bytes moves, by requested - freed: the byte room shrinks by that at most
-        usage.bytes_limit -= max(freed, requested)
+        usage.bytes_limit -= freed if freed > requested else requested
         if requested > freed and usage.alloc_bytes - usage.free_requested > usage.bytes_limit:
             self._catch_up(usage)
         if whole:  # the free takes the rest out of inactive_split, the alloc puts it back
             usage.split_blocks_up += 1
             usage.split_up_extra += rest
         else:  # the merged block stays split: the free adds its bytes, the alloc takes them
-            self._split_moved(usage, 0, size, 0)
-            self._split_moved(usage, 0, -size, 0)
+            # (``_split_moved`` by +size, then by -size: the sum of increases keeps the
+            # rise; only the rise, at its top, can pass a peak)
+            usage.split_up_extra += size
+            if usage.free_bytes - usage.alloc_bytes > usage.split_mark - size:
+                usage.split_offset += size
+                usage.split_mark -= size
+                self._split_catch_up(usage)
+                usage.split_offset -= size
+                usage.split_mark += size
 
     def free_requested(self, small: bool, size: int, requested: int) -> None:
         """The user freed a block that still waits for record_stream events (pending):
