@@ -181,7 +181,7 @@ def _lt_plan(
     else:
         request = max(max_workspace, needed)
     workspace = (needed, request, library_)
-    return _LtPlan(call, dt, device, lt, desc, layouts, algo, workspace, bias, activation)
+    return _LtPlan(call, dt, lt, desc, layouts, algo, workspace, bias, activation)
 
 
 def _lt_descriptors(
@@ -222,7 +222,7 @@ class _LtPlan:
     """One cuBLASLt problem: descriptor, layouts, algorithm, scalars (per thread)."""
 
     __slots__ = (
-        "swap", "index", "lt", "desc", "layouts", "la", "lb", "lc", "algo", "algo_ptr",
+        "swap", "lt", "desc", "layouts", "la", "lb", "lc", "algo", "algo_ptr",
         "ws_bytes", "workspace", "scalars", "alpha_ptr", "beta_ptr", "beta_mode", "fused",
         "bias_ptr", "bias_attr", "alpha", "beta", "takes_bias",
     )  # fmt: skip
@@ -233,7 +233,6 @@ class _LtPlan:
         self,
         call: GemmCall,
         dt: Any,
-        device: int,
         lt: int,
         desc: int,
         layouts: tuple[int, int, int],
@@ -243,7 +242,6 @@ class _LtPlan:
         activation: int,
     ) -> None:
         self.swap = call.swap
-        self.index = device
         self.lt = lt
         self.desc = desc
         self.layouts = layouts
