@@ -214,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         for trace, ops in traces.items():
             for name, run in runners.items():
                 times.setdefault((trace, name), []).append(time_per_request(run, ops))
+    columns = ("pytorch", "cupy", *((options.also_label,) if options.also_src else ()))  # ratios
     rows = []
     for trace, ops in traces.items():
         medians = {n: statistics.median(times[trace, n]) for n in runners}
@@ -225,14 +226,13 @@ def main(argv: list[str] | None = None) -> int:
                 "us_per_op": round(us, 3),
                 "runs_us": [round(t, 3) for t in times[trace, name]],
             }
-            for peer in ("pytorch", "cupy", options.also_label if options.also_src else None):
+            for peer in columns:
                 if peer in medians and name != peer:
                     row[f"ratio_to_{peer}"] = round(us / medians[peer], 3)
             rows.append(row)
     name = "trace_ops" if options.label == "vram" else f"trace_ops-{options.label}"
     written = write_results(name, device, rows, options.out, options.save)
     print(f"\ntrace alloc/free sequences on {device} ({device_name(device)}), µs per request")
-    columns = ("pytorch", "cupy", *((options.also_label,) if options.also_src else ()))
     header = "".join(f"{'/' + ('torch' if p == 'pytorch' else p)[:7]:>8}" for p in columns)
     print(f"{'trace':<34}{'impl':<18}{'requests':>9}{'µs/op':>9}{header}")
     for row in rows:
