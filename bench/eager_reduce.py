@@ -19,7 +19,8 @@ Host time per call (us, ``--host``): ``sum()`` and ``sum(dim=-1)`` of 1,024 floa
 perf_counter_ns, synchronizing between rounds; a cell is the median round.
 
 Inputs are random normal values. ``--device sim:0`` runs vram alone at small sizes, to check
-the script anywhere. ``measure`` and ``host_times`` are importable (bench/eager.py).
+the script anywhere. ``measure``, ``host_times`` and ``moved`` are importable (bench/eager.py,
+bench/kernel_sweep.py).
 
     python bench/eager_reduce.py [--device cuda:0] [--host] [--out FILE.json|DIR] [--save]
 """
@@ -167,7 +168,7 @@ def _calls(name: str, module: object, host: np.ndarray, dtype: str, width: int, 
     return calls
 
 
-def _moved(op: str, numel: int, itemsize: int) -> int:
+def moved(op: str, numel: int, itemsize: int) -> int:
     """Bytes an op must move: reads of n elements (two operands for add), and writes of n
     for the elementwise and row ops."""
     if op in ("sum", "sum_rows"):
@@ -207,11 +208,11 @@ def measure(device, sizes=SIZES, dtypes=DTYPES, widths=WIDTHS, rounds=ROUNDS) ->
                     for _ in range(rounds):
                         for n, call in found.items():  # round by round: the peers take turns
                             times[n].append(peers[n][0].time_ms(call, counts[n]))
-                    moved = _moved(op, numel, itemsize)
+                    nbytes = moved(op, numel, itemsize)
                     best = {n: statistics.median(t) for n, t in times.items()}
-                    torch_gbps = moved / best["torch"] / 1e6 if "torch" in best else None
+                    torch_gbps = nbytes / best["torch"] / 1e6 if "torch" in best else None
                     for n, ms in best.items():
-                        gbps = moved / ms / 1e6
+                        gbps = nbytes / ms / 1e6
                         rows.append(
                             {
                                 "section": "throughput",

@@ -32,6 +32,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+import eager_reduce  # (its bytes moved; its measurement, run at the end)
 import vram
 from _common import add_output_arguments, write_results
 from vram.ops import warm as warm_module
@@ -188,22 +189,17 @@ def _productions(case: Case, inputs: Inputs) -> None:
 
 def _pointwise_case(inputs: Inputs, op: str, loops: tuple[VecLoop, ...]) -> Case:
     x, y, item = inputs.x, inputs.y, x_itemsize(inputs)
-    numel = inputs.numel
+    case = Case(op, inputs.dtype, None, eager_reduce.moved(op, inputs.numel, item))
+    _productions(case, inputs)
     if op == "add":
-        case = Case(op, inputs.dtype, None, 3 * numel * item)
-        _productions(case, inputs)
         plans = [(loop, PointwisePlan(BINARY["add"], (x, y), None, loop)) for loop in loops]
         for loop, plan in _candidates(plans, VEC_LOOP):
             case.calls[_label(loop)] = lambda plan=plan: plan.binary(x, y, (1,))
     elif op == "exp":
-        case = Case(op, inputs.dtype, None, 2 * numel * item)
-        _productions(case, inputs)
         plans = [(loop, PointwisePlan(UNARY["exp"], (x,), None, loop)) for loop in loops]
         for loop, plan in _candidates(plans, VEC_LOOP):
             case.calls[_label(loop)] = lambda plan=plan: plan.unary(x, ())
     else:  # copy: into a new tensor each call, as the other ops
-        case = Case(op, inputs.dtype, None, 2 * numel * item)
-        _productions(case, inputs)
         out = vram.empty_like(x)
         plans = [(loop, PointwisePlan(COPY, (x,), out, loop)) for loop in loops]
         for loop, plan in _candidates(plans, VEC_LOOP):
@@ -221,9 +217,8 @@ def _sum_case(inputs: Inputs, width: int | None, tunings: tuple[InnerTuning, ...
     x = inputs.x if width is None else inputs.x.view(inputs.numel // width, width)
     dims = (0,) if width is None else (1,)
     d = x.dtype
-    case = Case(
-        "sum" if width is None else "sum_rows", inputs.dtype, width, inputs.numel * d.itemsize
-    )
+    op = "sum" if width is None else "sum_rows"
+    case = Case(op, inputs.dtype, width, eager_reduce.moved(op, inputs.numel, d.itemsize))
     _productions(case, inputs)
     plans = [(t, ReducePlan(SUM, x, dims, False, d, opmath(d), d, None, (), t)) for t in tunings]
     for tuning, plan in _candidates(plans, INNER):
@@ -256,7 +251,7 @@ def _softmax_case(inputs: Inputs, width: int, choices: tuple, log: bool = False)
     grid = _rows_of(inputs, width)
     dt = grid.dtype
     name = "log_softmax" if log else "softmax"
-    case = Case(name, inputs.dtype, width, 2 * inputs.numel * dt.itemsize)
+    case = Case(name, inputs.dtype, width, eager_reduce.moved(name, inputs.numel, dt.itemsize))
     _productions(case, inputs)
     plans = [
         (layout, SoftmaxPlan(grid, 1, dt, log, layout))
@@ -271,7 +266,8 @@ def _softmax_case(inputs: Inputs, width: int, choices: tuple, log: bool = False)
 def _norm_case(inputs: Inputs, width: int, choices: tuple, online: tuple = ()) -> Case:
     grid = _rows_of(inputs, width)
     w, b = inputs.params[width]
-    case = Case("layer_norm", inputs.dtype, width, 2 * inputs.numel * grid.dtype.itemsize)
+    nbytes = eager_reduce.moved("layer_norm", inputs.numel, grid.dtype.itemsize)
+    case = Case("layer_norm", inputs.dtype, width, nbytes)
     _productions(case, inputs)
     plans = [
         (layout, LayerNormPlan(grid, (width,), w, b, layout))
@@ -580,8 +576,6 @@ def main(argv: list[str] | None = None) -> int:
             _print(found)
             rows += found
     if options.eager_reduce and device.type == "cuda":
-        import eager_reduce  # the issue's own measurement, with the production choices
-
         found = eager_reduce.measure(device, (numel,), tuple(dtypes), widths)
         print("bench/eager_reduce.py in this process (vram, torch, cupy interleaved):")
         eager_reduce._print(found)
