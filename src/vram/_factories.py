@@ -15,7 +15,7 @@ import numpy as np
 from ._device import Device, as_device
 from ._dtypes import as_dtype, bool_, complex64, dtype, float32, int64
 from ._interop import from_cuda_array_interface, from_dlpack
-from ._tensor import Storage, Tensor, _upload, as_shape, host_bytes
+from ._tensor import Storage, Tensor, _upload, as_shape, host_bytes, new_tensor
 
 __all__ = ["empty", "zeros", "ones", "full", "arange", "tensor", "from_numpy", "asarray"]
 
@@ -29,12 +29,15 @@ def empty(*size: Any, dtype: Any = None, device: Any = None, pin_memory: bool = 
 
     ``pin_memory=True`` (cpu tensors only) takes page-locked memory from the host allocator.
     """
+    dt = float32 if dtype is None else as_dtype(dtype)
+    found = as_device(device)
     if len(size) == 1 and type(size[0]) is int and size[0] >= 0:  # (n,): as_shape's answer
+        if found.type != "cpu" and not pin_memory:  # (``Tensor._empty``'s, without its frame)
+            return new_tensor(size, (1,), dt, found, size[0] * dt.itemsize)
         shape = size
     else:
         shape = as_shape(size)
-    dt = float32 if dtype is None else as_dtype(dtype)
-    return Tensor._empty(shape, dt, as_device(device), pin_memory)
+    return Tensor._empty(shape, dt, found, pin_memory)
 
 
 def zeros(*size: Any, dtype: Any = None, device: Any = None, pin_memory: bool = False) -> Tensor:

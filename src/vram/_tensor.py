@@ -139,6 +139,54 @@ def device_storage(nbytes: int, device: Device, stream: int | None = None) -> St
     return Storage(device, ptr, nbytes, None, None, allocator)
 
 
+def new_tensor(
+    shape: tuple[int, ...],
+    stride: tuple[int, ...],
+    dt: dtype,
+    device: Device,
+    nbytes: int,
+    stream: int | None = None,
+) -> Tensor:
+    """A new tensor of ``nbytes`` of memory laid out as ``shape`` / ``stride``, for
+    ``stream`` (a handle: the device's current stream when None): every op's result.
+
+    (``device_storage``, ``Storage`` and ``Tensor._make`` inline: one frame and the
+    allocator's per new tensor, Note [A new tensor in one frame].)
+    """
+    if device.type == "cpu":
+        storage = Storage.of_host(np.empty(nbytes, np.uint8))
+    elif nbytes:
+        allocator = made_allocator(device) or allocator_for(device)
+        ptr = allocator.malloc(nbytes, current_handle(device) if stream is None else stream)
+        storage = _new(Storage)
+        storage.device = device
+        storage.ptr = ptr
+        storage.nbytes = nbytes
+        storage.owner = storage.host = None
+        storage.allocator = allocator
+    else:
+        storage = Storage(device, 0, 0, None)
+    t = _new(Tensor)
+    t._storage = storage
+    t._shape = shape
+    t._stride = stride
+    t._offset = 0
+    t.dtype = dt
+    t.grad = None
+    t._sig = 0
+    return t
+
+
+_new = object.__new__
+
+# Note [A new tensor in one frame]
+# An op's result is a Storage and a Tensor over new memory, made once per call of every op.
+# ``new_tensor`` fills both objects' slots itself instead of calling their constructors and
+# ``device_storage``: the Python frames around the allocator's malloc cost about as much as
+# the malloc of a block taken back (Note [Taking a dropped block back] in
+# memory/_caching.py), so a result costs this frame and the allocator's.
+
+
 class _HostMemory:
     """Raw host memory offered to NumPy; the arrays made over it keep ``owner`` alive."""
 
@@ -295,22 +343,7 @@ class Tensor:
         """A new contiguous tensor with uninitialized contents (pinned host memory if asked)."""
         numel = math.prod(shape)
         if device.type != "cpu" and not pin_memory:  # device memory: the common case first
-            nbytes = numel * dt.itemsize
-            if nbytes:  # (``device_storage`` and ``_make``, inline: once per new tensor)
-                allocator = made_allocator(device) or allocator_for(device)
-                ptr = allocator.malloc(nbytes, current_handle(device))
-                storage = Storage(device, ptr, nbytes, None, None, allocator)
-            else:
-                storage = Storage(device, 0, 0, None)
-            t = object.__new__(cls)
-            t._storage = storage
-            t._shape = shape
-            t._stride = contiguous_strides(shape)
-            t._offset = 0
-            t.dtype = dt
-            t.grad = None
-            t._sig = 0
-            return t
+            return new_tensor(shape, contiguous_strides(shape), dt, device, numel * dt.itemsize)
         elif device.type == "cpu" and pin_memory:
             pinned = allocate_pinned(numel * dt.itemsize)
             host = host_bytes(pinned.ptr, pinned.size, pinned)

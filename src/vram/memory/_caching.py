@@ -88,6 +88,12 @@ Note [Hooks]
   ``_find_free_block``, which every search of the cache goes through.
 - ``set_drop_hook(hook)``: ``hook(ptr)`` when a finalizer drops ``ptr`` (no lock may be
   taken; the sanitizer notes the stack); at ``free_later``.
+
+Note [free_later without a frame]
+Every tensor's storage hands its pointer to ``free_later`` when it is dropped. Without a
+drop hook that is all the method does, so an allocator's ``free_later`` is then its
+deque's own ``append`` (a C call, no Python frame), an attribute of the instance set in
+``__init__`` and by ``set_drop_hook``, the one place that changes whether a hook runs.
 - Free-memory callbacks and OOM observers (PyTorch's), private pools and graph capture
   (``add_private_pool``, ``begin_allocate_to_pool``, ``end_allocate_to_pool``,
   ``release_pool``: PyTorch's names; the capture's half of the lifetime policy comes in
@@ -174,6 +180,7 @@ class DeviceCachingAllocator(FreesDropped):
         self.no_caching: bool = type(self).no_caching  # (an instance attribute: read per free)
         self._lock = threading.Lock()
         self._dropped: deque[int] = deque()  # pointers freed by finalizers, freed next call
+        self.free_later = self._dropped.append  # (Note [free_later without a frame])
         self.small = Pool(is_small=True)
         self.large = Pool(is_small=False)
         self._allocated: dict[int, Block] = {}  # ptr -> ALLOCATED block
@@ -341,7 +348,9 @@ class DeviceCachingAllocator(FreesDropped):
 
     def free_later(self, ptr: int) -> None:
         """Free ``ptr`` at the allocator's next call: for finalizers, which must not take
-        the lock (the allocator may be inside a call on this very thread)."""
+        the lock (the allocator may be inside a call on this very thread). An instance's
+        ``free_later`` is the deque's own append while no drop hook is set (Note
+        [free_later without a frame]); this is the one with the hook."""
         hook = self._drop_hook
         if hook is not None:
             hook(ptr)
@@ -460,6 +469,10 @@ class DeviceCachingAllocator(FreesDropped):
         """Call ``hook(ptr)`` when a finalizer drops ``ptr`` (it runs in the finalizer: it
         must not take a lock the allocator may hold). Call under ``locked()``."""
         self._drop_hook = hook
+        if hook is None:  # (Note [free_later without a frame])
+            self.free_later = self._dropped.append
+        else:  # the class's method, which runs the hook
+            vars(self).pop("free_later", None)
 
     def add_free_memory_callback(self, callback: Callable[[], object]) -> None:
         """Call ``callback()`` before the allocator grows (without the lock)."""

@@ -23,7 +23,7 @@ import numpy as np
 
 from .._device import Device
 from .._streams import current_handle
-from .._tensor import Storage, Tensor, device_storage
+from .._tensor import new_tensor
 from ..driver._work import Launch, Launcher, Query, run_on_host
 
 __all__ = [
@@ -85,23 +85,6 @@ def stream_handle(device: Device) -> int:
     if device.type == "cpu":
         return 0
     return current_handle(device)
-
-
-def new_tensor(
-    shape: tuple[int, ...],
-    stride: tuple[int, ...],
-    dt: Any,
-    device: Device,
-    nbytes: int,
-    stream: int | None = None,
-) -> Tensor:
-    """A new tensor of ``nbytes`` of memory laid out as ``shape`` / ``stride``, for
-    ``stream`` (a handle: the device's current stream when None)."""
-    if device.type == "cpu":
-        storage = Storage.of_host(np.empty(nbytes, np.uint8))
-    else:
-        storage = device_storage(nbytes, device, stream)
-    return Tensor._make(storage, shape, stride, 0, dt)
 
 
 def cached(key: Any, build: Callable[[], Any]) -> Any:
