@@ -309,26 +309,53 @@ class Pool:
         neighbours (``merge``) and enters the index. Returns how that changed the free
         blocks of split device allocations (PyTorch's inactive_split): (blocks, bytes).
 
-        (``merge`` and ``insert`` in one frame when neither neighbour is free, the cached
-        path's common case.)
+        (``merge`` and ``insert`` in one frame: the cached path runs it on every free.)
         """
         size = block.size
-        prev, nxt = block.prev, block.next
-        if (prev is not None and prev.state == FREE) or (nxt is not None and nxt.state == FREE):
-            absorbed = self.merge(block)
-        else:
-            absorbed = 0
-        block.state = FREE
         found = self.index.get(block.segment.stream)
         if found is None:
             found = self.index[block.segment.stream] = _StreamIndex()
-        assert block.ptr not in found.blocks, "FREE blocks enter once"
-        found.add(block)
+        absorbed = 0
+        prev = block.prev
+        if prev is not None and prev.state == FREE:  # (``merge``, inline)
+            found.remove(prev)
+            block.ptr = prev.ptr
+            block.prev = before = prev.prev
+            if before is not None:
+                before.next = block
+            block.size += prev.size
+            absorbed = 1
+            if prev.use_events:
+                block.use_events = _union(block.use_events, prev.use_events)
+        nxt = block.next
+        if nxt is not None and nxt.state == FREE:
+            found.remove(nxt)
+            block.next = after = nxt.next
+            if after is not None:
+                after.prev = block
+            block.size += nxt.size
+            absorbed += 1
+            if nxt.use_events:
+                block.use_events = _union(block.use_events, nxt.use_events)
+        block.state = FREE
+        ptr, whole = block.ptr, block.size  # (``_StreamIndex.add``, inline)
+        blocks = found.blocks
+        assert ptr not in blocks, "FREE blocks enter once"
+        blocks[ptr] = block
+        found.version += 1
+        heap = found.heaps.get(whole)
+        if heap is None:
+            found.heaps[whole] = [ptr]
+            insort(found.sizes, whole)
+        elif heap[0] != ptr:
+            heappush(heap, ptr)
+        else:
+            found.stale -= 1
         block.gc_age = self.get_free_blocks_call_count
         if block.segment.source.expandable:  # (pages, not split device allocations)
             return 0, 0
         if block.prev is None and block.next is None:  # a whole segment now
-            return -absorbed, size - block.size
+            return -absorbed, size - whole
         return 1 - absorbed, size  # it stays split: itself in, its absorbed neighbours out
 
     def best_fit(self, stream: int, size: int) -> Block | None:
