@@ -63,7 +63,7 @@ class ReferenceBlas:
             monkeypatch.setattr(_cublas, name, getattr(self, name))
         monkeypatch.setattr(vram.memory, "get_workspace", self.get_workspace, raising=False)
         monkeypatch.setattr(
-            vram.memory,
+            _ops,  # (the name a product's plan calls)
             "current_workspace",
             lambda nbytes, library, device, handle: self.get_workspace(
                 nbytes, library=library, device=device

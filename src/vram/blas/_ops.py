@@ -43,14 +43,14 @@ from typing import Any
 
 import numpy as np
 
-from .. import memory as _memory
 from .._dtypes import bfloat16, dtype, float16, float32, float64
-from .._streams import current_stream
+from .._streams import current_handle, current_stream
 from .._tensor import Tensor
 from ..backends import cuda as _backends
 from ..driver._work import Launch, LibraryCall, Query, View
+from ..memory import current_workspace
 from ..ops._math import UNARY, copy_, fill_, mul
-from ..ops._plans import ask, launcher, stream_handle
+from ..ops._plans import ask, launcher
 from ..ops._pointwise import run as pointwise
 from . import _cuda, _tunable
 from ._cuda import BETA, NO_BETA, ROW
@@ -371,22 +371,19 @@ class _DirectPlan:
             pbias = po
         else:
             pbias = bias.data_ptr()
-        handle = stream_handle(self.device)
-        workspace = self._space(handle) if self.workspace is not None else 0
+        device, space = self.device, self.workspace
+        handle = current_handle(device) if device.type != "cpu" else 0  # (stream_handle's)
+        workspace = current_workspace(space[0], space[1], device, handle) if space else 0
         self.run_gemm(handle, po, pa, pb, pbias, alpha, beta, workspace)
         if self.activation:
             _activate(out, self.activation)
 
     def product(self, out: Tensor, a: Tensor, b: Tensor, pa: int, pb: int, po: int) -> None:
         """``out = a @ b`` (mm's form of ``run``: alpha 1, no bias, no activation)."""
-        handle = stream_handle(self.device)
-        workspace = self._space(handle) if self.workspace is not None else 0
+        device, space = self.device, self.workspace
+        handle = current_handle(device) if device.type != "cpu" else 0
+        workspace = current_workspace(space[0], space[1], device, handle) if space else 0
         self.run_gemm(handle, po, pa, pb, po, 1.0, 0.0, workspace)
-
-    def _space(self, handle: int) -> int:
-        """The library's workspace on the current stream (whose handle is ``handle``)."""
-        size, library = self.workspace
-        return _memory.current_workspace(size, library, self.device, handle)
 
 
 def _view(t: Tensor, like: Tensor) -> View:

@@ -76,24 +76,18 @@ def get_workspace(
         raise ValueError(f"stream: {stream} is not a stream of {as_device(device)}")
     if nbytes == 0:
         return 0
-    return _workspace(library, found, stream.cuda_stream, stream, nbytes)
+    return current_workspace(nbytes, library, found, stream.cuda_stream, stream)
 
 
-def current_workspace(nbytes: int, library: str, device: Device, handle: int) -> int:
+def current_workspace(
+    nbytes: int, library: str, device: Device, handle: int, stream: Stream | None = None
+) -> int:
     """``get_workspace(nbytes, library=library, device=device)`` for vram's own libraries,
-    which hold ``handle``, the handle of ``device``'s current stream, already: the same
-    workspaces and the same growth, without the checks of arguments vram made itself (a
-    product's plan asks per call)."""
+    which hold ``handle``, the handle of ``device``'s stream (``stream``; the current one
+    where None), already: the same workspaces and the same growth, without the checks of
+    arguments vram made itself (a product's plan asks per call)."""
     if nbytes == 0:
         return 0
-    return _workspace(library, device, handle, None, nbytes)
-
-
-def _workspace(
-    library: str, device: Device, handle: int, stream: Stream | None, nbytes: int
-) -> int:
-    """This thread's workspace of ``library`` on the stream ``handle`` of ``device``
-    (``stream``: that stream, None where it is the current one), grown to ``nbytes``."""
     allocator = _allocators.get(device) or allocator_for(device)
     key = (library, allocator, handle, threading.get_ident())
     workspace = _workspaces.get(key)
