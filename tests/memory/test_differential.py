@@ -487,8 +487,8 @@ def test_every_request_gets_the_references_pointer_and_stats(trace, config):
 
 def repeated_requests(seed: int = 0) -> list[Request]:
     """What eager code asks for: a size allocated and dropped again and again (from a fresh
-    segment, so the take-back meets whole segments too), mixed with other sizes and streams
-    held across the repeats."""
+    segment, so the take-back meets whole segments too, and from a hole of just its size),
+    mixed with other sizes and streams held across the repeats."""
     rng = random.Random(seed)
     ops: list[Request] = []
     held: list[int] = []
@@ -499,6 +499,17 @@ def repeated_requests(seed: int = 0) -> list[Request]:
         for _ in range(rng.randint(1, 4)):  # the same request, freed at once, again
             addr += 1
             ops += [(True, addr, size, stream), (False, addr, 0, 0)]
+        if rng.random() < 0.2:  # a hole of just this size between held blocks, then the
+            addr += 1  # size again and again: handed out whole and taken back whole
+            hole = addr
+            ops.append((True, hole, size, stream))
+            addr += 1
+            ops.append((True, addr, size, stream))
+            held.append(addr)
+            ops.append((False, hole, 0, 0))
+            for _ in range(rng.randint(1, 3)):
+                addr += 1
+                ops += [(True, addr, size, stream), (False, addr, 0, 0)]
         if rng.random() < 0.3:  # something that stays a while
             addr += 1
             ops.append((True, addr, size, stream))
@@ -519,6 +530,31 @@ def test_repeated_requests_get_the_references_pointers_and_stats(config):
         mine, my_stats = run_allocator(kind, text, ops, capacity, above, dropped)
         _compare(mine, theirs, f"repeats under {config}, dropped={dropped}")
         _compare(my_stats, their_stats, f"repeats under {config}, dropped={dropped}")
+
+
+@pytest.mark.parametrize("size", [1024, 12 * MiB])  # a hole in a split segment; a segment
+def test_a_block_taken_back_whole_passes_the_peak_its_free_would(size):
+    """A block handed out whole (a hole of just its size between live blocks, or a whole
+    segment) and taken back after a peak reset: its free's rise of inactive_split is a new
+    peak, as when the free and the malloc run one after the other."""
+    stats, pointers = [], []
+    for dropped in (False, True):
+        allocator = DeviceCachingAllocator(
+            vram.Device("sim", 0), parse_config(""), driver=fresh_sim(1 << 30, None)
+        )
+        stream = streams_of(allocator.driver)[0]
+        first = allocator.malloc(size, stream)
+        allocator.malloc(size, stream)  # (held: the hole's right side)
+        allocator.free(first)
+        again = allocator.malloc(size, stream)  # the hole (or segment), whole
+        allocator.reset_peak()
+        allocator.free_later(again) if dropped else allocator.free(again)
+        pointers.append(allocator.malloc(size, stream))
+        stats.append(allocator.memory_stats())
+    assert pointers[0] == pointers[1]
+    assert stats[0] == stats[1]
+    if size == 1024:
+        assert stats[1]["inactive_split.all.peak"] == stats[1]["inactive_split.all.current"] + 1
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)

@@ -32,18 +32,22 @@ what it declares here, called at one named place each; none assigns to an alloca
 Note [Taking a dropped block back]
 A dropped tensor's pointer waits in ``_dropped`` until the next call. When that call is a
 malloc of the block's own rounded size, on its stream and pool, and nothing has entered or
-left the stream's free-block index since ``Pool.take`` split the block off the free block
-that best fit chose (the index's ``version`` is the block's ``mark``), then freeing it
-merges it back into exactly that free block and the malloc's best fit chooses that block
-again and splits it in the same place: the answer is the block itself. ``malloc`` hands
-it out again at once, with the stats of the free and of the malloc (``DeviceStats.reuse``),
-and the pool is left as the two steps would leave it. It is a cache of the simple path's answer,
-taken only where nothing else could decide differently. A block has no mark when it
-came from growing (best fit did not choose it), from an expandable segment, or is
-oversize; it loses its mark at record_use and record_stream (and when it waited for
-record_use events at its malloc); a settings change forgets every mark; and no block is
-taken back while frees are pending, nor while the event hook, the block finder, garbage
-collection, cross-stream reuse or no_caching is on (``_takes_back``, set where they are).
+left the stream's free-block index since ``Pool.take`` handed the block out of the free
+block that best fit chose (the index's ``version`` is the block's ``mark``), then freeing
+it puts back exactly that free block, and the malloc's best fit chooses that block again
+and cuts it in the same place: the answer is the block itself. That holds for a block split
+off a larger one (the free merges it with the rest, which nothing has touched) and for one
+handed out whole (a hole of just its size: its neighbours were not free when it was taken,
+and none has become free since, so the free leaves it alone). ``malloc`` hands it out
+again at once, with the stats of the free and of the malloc (``DeviceStats.reuse`` and
+``reuse_in_place``), and the pool is left as the two steps would leave it. It is a cache
+of the simple path's answer, taken only where nothing else could decide differently. A
+block has no mark when it came from growing (best fit did not choose it), from an
+expandable segment, or is oversize; it loses its mark at record_use and record_stream (and
+when it waited for record_use events at its malloc); a settings change forgets every mark;
+and no block is taken back while frees are pending, nor while the event hook, the block
+finder, garbage collection, cross-stream reuse or no_caching is on (``_takes_back``, set
+where they are).
 tests/memory/test_differential.py checks it against the free and the malloc.
 
 Locking: one lock per allocator (``_lock``). Every public method takes it and never calls
@@ -118,6 +122,7 @@ from ._config import SIZE_MAX, AllocatorConfig, default_config
 from ._lifetimes import Lifetimes
 from ._pool import (
     ALLOCATED,
+    FREE,
     LARGE_BUFFER,
     MIN_BLOCK_SIZE,
     MIN_LARGE_ALLOC,
@@ -248,10 +253,16 @@ class DeviceCachingAllocator(FreesDropped):
                         ):  # the take-back: the block is the free and the malloc's answer
                             dropped.popleft()
                             rest = block.next
-                            self.stats.reuse(
-                                small, rounded, block.requested_size, size, rest.size,
-                                block.prev is None and rest.next is None,
-                            )  # fmt: skip
+                            if rest is not None and rest.state == FREE:  # split off it
+                                self.stats.reuse(
+                                    small, rounded, block.requested_size, size, rest.size,
+                                    block.prev is None and rest.next is None,
+                                )  # fmt: skip
+                            else:  # handed out whole: it leaves and enters alone
+                                self.stats.reuse_in_place(
+                                    small, rounded, block.requested_size, size,
+                                    block.prev is not None or rest is not None,
+                                )  # fmt: skip
                             block.requested_size = size
                             return ptr
                 self._free_dropped()

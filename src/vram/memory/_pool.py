@@ -270,8 +270,11 @@ class Pool:
         was_split = block.prev is not None or after is not None
         if size >= whole:
             found.version += 1
-            block.mark = -1
-            if not was_split or block.segment.source.expandable:
+            if block.segment.source.expandable:  # (pages, not split device allocations)
+                block.mark = -1
+                return 0, 0
+            block.mark = found.version
+            if not was_split:
                 return 0, 0
             return -1, -whole  # a free block of a split allocation is handed out whole
         assert 0 < size, "a split leaves two non-empty blocks"

@@ -359,6 +359,36 @@ class DeviceStats:
                 usage.split_offset -= size
                 usage.split_mark += size
 
+    def reuse_in_place(
+        self, small: bool, size: int, freed: int, requested: int, split: bool
+    ) -> None:
+        """``free`` of a block of ``size`` bytes (asked for as ``freed``) with no free
+        neighbour, then ``alloc`` of the same block, whole, for ``requested`` bytes (the
+        take-back of a block that was handed out whole); ``split``: its segment is split,
+        so the free raises inactive_split by the block and the alloc takes it back."""
+        usage = self.small if small else self.large
+        usage.reuses += 1
+        usage.reuse_bytes += size
+        usage.free_requested += freed
+        usage.alloc_requested += requested
+        usage.bytes_limit -= freed if freed > requested else requested  # (as in ``reuse``)
+        if requested > freed and usage.alloc_bytes - usage.free_requested > usage.bytes_limit:
+            self._catch_up(usage)
+        if split:  # the free's rise, then the alloc's fall: the rise counts, and its top
+            usage.split_blocks_up += 1
+            usage.split_up_extra += size
+            if (
+                usage.split_blocks >= usage.split_blocks_limit
+                or usage.free_bytes - usage.alloc_bytes > usage.split_mark - size
+            ):  # the top passes a room: catch up there
+                usage.split_blocks += 1
+                usage.split_offset += size
+                usage.split_mark -= size
+                self._split_catch_up(usage)
+                usage.split_blocks -= 1
+                usage.split_offset -= size
+                usage.split_mark += size
+
     def free_requested(self, small: bool, size: int, requested: int) -> None:
         """The user freed a block that still waits for record_stream events (pending):
         ``free_completed`` follows when they have completed."""
