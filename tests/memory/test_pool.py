@@ -110,7 +110,7 @@ def test_a_split_whose_stale_entry_rebuilds_the_heaps_indexes_its_rest():
     while found.stale + 1 <= len(found.blocks) - 1 + 64:  # the next remove keeps the heaps
         pool.remove(blocks[i])
         i += 1
-    assert pool.take(blocks[i], MiB) == (1, 3 * MiB)  # its stale entry: one too many
+    assert pool.take(blocks[i], MiB) == (blocks[i], 1, 3 * MiB)  # its stale entry: one too many
     rest = blocks[i].next  # (a rebuild: the rest of the whole segment split is a new block)
     assert found.stale == sum(map(len, found.heaps.values())) - len(found.blocks)
     assert found.heaps[3 * MiB] == [rest.ptr]
@@ -161,3 +161,24 @@ def test_taking_and_giving_back_the_same_block_leaves_one_heap_entry():
         assert found.stale <= len(found.blocks) + 64
         assert found.stale == sum(map(len, found.heaps.values())) - len(found.blocks)
     assert pool.best_fit(7, MiB) is a and list(found.blocks) == [a.ptr]
+
+
+@pytest.mark.parametrize("size", [MiB, 3 * MiB, 4 * MiB, 5 * MiB])
+def test_take_without_a_block_takes_best_fits_answer(size):
+    """take(None, ...) takes what best_fit answers (the lowest address of the smallest fit),
+    and splits it by the same rule as take(block, ...)."""
+    answers = []
+    for chosen in (False, True):
+        pool, bump = Pool(is_small=False), Bump()
+        blocks = [bump.segment(pool, n * MiB) for n in (4, 3, 4, 3, 6)]
+        pool.remove(blocks[1])  # (its heap entry stays, stale, below the top)
+        block = pool.best_fit(7, size) if chosen else None
+        taken = pool.take(block, size, min_rest=MiB + 1, stream=7)
+        if taken is None:
+            answers.append(None)
+            continue
+        block, split_blocks, split_bytes = taken
+        free = [(b.ptr, b.size) for b in pool.free_blocks()]
+        answers.append((block.ptr, block.size, split_blocks, split_bytes, free))
+    assert answers[0] == answers[1]
+    assert (answers[0] is None) == (size > 6 * MiB)

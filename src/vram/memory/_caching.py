@@ -268,12 +268,21 @@ class DeviceCachingAllocator(FreesDropped):
                 self._free_dropped()
             if lifetimes.waiting:
                 self._free_completed()
+            # the split rule: the request takes the front of a block, and the rest stays
+            # free when it leaves at least min_rest bytes
+            if small or self._split_always:
+                min_rest = MIN_BLOCK_SIZE
+            elif rounded < self._max_split:
+                min_rest = SMALL_SIZE + 1
+            else:
+                min_rest = _NEVER  # (an oversize request takes its block whole)
             # a free block, or new memory
             if self._plain_fit:  # best fit's answer is _find_free_block's (Note [The cached path])
-                block = pool.best_fit(stream, rounded)
+                taken = pool.take(None, rounded, min_rest, stream)
             else:
                 block = self._find_free_block(pool, rounded, stream)
-            grown = block is None
+                taken = None if block is None else pool.take(block, rounded, min_rest)
+            grown = taken is None
             if grown:
                 block = self._grow(pool, rounded, stream)
                 if block is None:
@@ -282,15 +291,11 @@ class DeviceCachingAllocator(FreesDropped):
                         free = self.driver.mem_get_info(self.index)[0]
                         self._trace("oom", free, rounded, stream)
                     error, observed = _oom[0](self, size, stream)
-            if block is not None:
-                # the split: the request takes the front, the rest stays free
-                rest = block.size - rounded
-                if small or self._split_always:
-                    split = rest >= MIN_BLOCK_SIZE
                 else:
-                    split = rest > SMALL_SIZE and rounded < self._max_split
-                keep = rounded if split else block.size
-                split_blocks, split_bytes = pool.take(block, keep)
+                    taken = pool.take(block, rounded, min_rest)
+            if taken is not None:
+                block, split_blocks, split_bytes = taken
+                keep = block.size
                 if grown:  # (not best fit's answer: nothing to take back, see the Note)
                     block.mark = -1
                 block.state = ALLOCATED
@@ -1010,6 +1015,9 @@ class DeviceCachingAllocator(FreesDropped):
         for private in self.private_pools.values():
             pools += [private.small, private.large]
         return pools
+
+
+_NEVER = 1 << 62  # a split rule's least rest that no block leaves: no split
 
 
 def _divisions(config: AllocatorConfig) -> tuple[int, ...] | None:

@@ -241,42 +241,72 @@ class Pool:
         """A FREE block leaves the index (to be handed out, merged or released)."""
         self.index[block.segment.stream].remove(block)
 
-    def take(self, block: Block, size: int) -> tuple[int, int]:
-        """A FREE block leaves the index to be handed out, keeping its first ``size``
-        bytes: when that is less than its size, the rest stays in the index as a new FREE
-        block (``split``). Returns how that changed the free blocks of split device
-        allocations (PyTorch's inactive_split): (blocks, bytes).
+    def take(
+        self, block: Block | None, size: int, min_rest: int = 1, stream: int = 0
+    ) -> tuple[Block, int, int] | None:
+        """A FREE block leaves the index to be handed out: ``block``, or when None the
+        best fit for ``size`` on ``stream`` (``best_fit``'s answer; None if nothing fits).
+        It keeps its first ``size`` bytes when that leaves at least ``min_rest`` bytes (the
+        allocator's split rule; at least 1), the rest staying in the index as a new FREE block
+        (``split``); else it goes whole. Returns the block and how that changed the free
+        blocks of split device allocations (PyTorch's inactive_split): (blocks, bytes).
 
-        (``remove`` and ``split`` in one frame: the allocator's cached path runs it on
-        nearly every malloc.)
+        (``best_fit``, ``remove`` and ``split`` in one frame: the allocator's cached path
+        runs it on nearly every malloc.)
         """
-        found = self.index[block.segment.stream]
-        ptr, whole = block.ptr, block.size
-        blocks, heaps = found.blocks, found.heaps
-        del blocks[ptr]  # (_StreamIndex.remove, inline)
-        heap = heaps[whole]
-        if heap[0] == ptr:
+        if block is None:  # (``best_fit``, inline: its answer leaves from its heap's top)
+            found = self.index.get(stream)
+            if found is None:
+                return None
+            sizes, heaps, blocks = found.sizes, found.heaps, found.blocks
+            i = bisect_left(sizes, size)
+            while block is None:
+                if i >= len(sizes):
+                    return None
+                whole = sizes[i]
+                heap = heaps[whole]
+                while heap:
+                    ptr = heap[0]
+                    block = blocks.get(ptr)
+                    if block is not None and block.size == whole:
+                        break
+                    block = None
+                    heappop(heap)  # stale: its block was removed from below the top
+                    found.stale -= 1
+                if block is None:
+                    del heaps[whole], sizes[i]  # only stale entries were left
+            del blocks[ptr]
             heappop(heap)
             if not heap:
-                del heaps[whole]
-                sizes = found.sizes
-                del sizes[bisect_left(sizes, whole)]
+                del heaps[whole], sizes[i]
         else:
-            found.stale += 1
-            if found.stale > len(blocks) + 64:
-                found.rebuild()
-                heaps = found.heaps  # (the rebuild made new heaps: the rest goes there)
+            found = self.index[block.segment.stream]
+            ptr, whole = block.ptr, block.size
+            blocks, heaps = found.blocks, found.heaps
+            del blocks[ptr]  # (_StreamIndex.remove, inline)
+            heap = heaps[whole]
+            if heap[0] == ptr:
+                heappop(heap)
+                if not heap:
+                    del heaps[whole]
+                    sizes = found.sizes
+                    del sizes[bisect_left(sizes, whole)]
+            else:
+                found.stale += 1
+                if found.stale > len(blocks) + 64:
+                    found.rebuild()
+                    heaps = found.heaps  # (the rebuild made new heaps: the rest goes there)
         after = block.next
         was_split = block.prev is not None or after is not None
-        if size >= whole:
+        if whole - size < min_rest:  # handed out whole
             found.version += 1
             if block.segment.source.expandable:  # (pages, not split device allocations)
                 block.mark = -1
-                return 0, 0
+                return block, 0, 0
             block.mark = found.version
             if not was_split:
-                return 0, 0
-            return -1, -whole  # a free block of a split allocation is handed out whole
+                return block, 0, 0
+            return block, -1, -whole  # a free block of a split allocation is handed out whole
         assert 0 < size, "a split leaves two non-empty blocks"
         rest = Block(ptr + size, whole - size, block.segment, FREE)
         rest.next = after
@@ -301,11 +331,11 @@ class Pool:
         found.version += 2
         if block.segment.source.expandable:  # (pages, not split device allocations)
             block.mark = -1
-            return 0, 0
+            return block, 0, 0
         block.mark = found.version
         if was_split:
-            return 0, -size  # the free block shrank by what is handed out
-        return 1, whole  # the rest is a new free block of a split allocation
+            return block, 0, -size  # the free block shrank by what is handed out
+        return block, 1, whole  # the rest is a new free block of a split allocation
 
     def give(self, block: Block) -> tuple[int, int]:
         """A block outside the index, its uses over, becomes FREE: it absorbs its FREE
