@@ -118,13 +118,25 @@ def test_device_stats_count_as_pytorch_counts(data):
         elif action == "reuse" and live:  # the allocator's take-back: a free, then the alloc
             i = data.draw(st.integers(0, len(live) - 1))
             small, size, freed = live[i]
-            requested = data.draw(st.integers(1, size))
+            requested = data.draw(st.sampled_from([freed, data.draw(st.integers(1, size))]))
             live[i] = (small, size, requested)
             blocks, nbytes = split[small]
-            whole = blocks > 0 and data.draw(st.booleans())
-            rest = data.draw(st.integers(0, nbytes)) if whole else 0
+            # split off a free rest (merged back at the free), with it a whole segment or
+            # not; or alone (handed out whole), in a split segment or a whole one
+            kind = data.draw(st.sampled_from(["rest, whole", "rest", "alone", "alone, whole"]))
+            if kind == "rest, whole" and blocks > 0 and nbytes > 0:
+                rest, whole = data.draw(st.integers(1, nbytes)), True
+                steps = (-1, -rest, 1, rest)
+            elif kind == "rest":
+                rest, whole = data.draw(st.integers(1, 1 << 22)) * 512, False
+                steps = (0, size, 0, -size)
+            elif kind == "alone":
+                rest, whole = 0, False
+                steps = (1, size, -1, -size)
+            else:
+                rest, whole = 0, True
+                steps = (0, 0, 0, 0)
             mine.reuse(small, size, freed, requested, rest, whole)
-            steps = (-1, -rest, 1, rest) if whole else (0, size, 0, -size)
             reference.free(small, size, freed, *steps[:2])
             reference.alloc(small, size, requested, *steps[2:])
             got = mine.as_dict(-1)

@@ -39,15 +39,14 @@ and cuts it in the same place: the answer is the block itself. That holds for a 
 off a larger one (the free merges it with the rest, which nothing has touched) and for one
 handed out whole (a hole of just its size: its neighbours were not free when it was taken,
 and none has become free since, so the free leaves it alone). ``malloc`` hands it out
-again at once, with the stats of the free and of the malloc (``DeviceStats.reuse`` and
-``reuse_in_place``), and the pool is left as the two steps would leave it. It is a cache
-of the simple path's answer, taken only where nothing else could decide differently. A
-block has no mark when it came from growing (best fit did not choose it), from an
-expandable segment, or is oversize; it loses its mark at record_use and record_stream (and
-when it waited for record_use events at its malloc); a settings change forgets every mark;
-and no block is taken back while frees are pending, nor while the event hook, the block
-finder, garbage collection, cross-stream reuse or no_caching is on (``_takes_back``, set
-where they are).
+again at once, with the stats of the free and of the malloc (``DeviceStats.reuse``), and
+the pool is left as the two steps would leave it. It is a cache of the simple path's
+answer, taken only where nothing else could decide differently. A block has no mark when
+it came from growing (best fit did not choose it), from an expandable segment, or is
+oversize; it loses its mark at record_use and record_stream (and when it waited for
+record_use events at its malloc); a settings change forgets every mark; and no block is
+taken back while frees are pending, nor while the event hook, the block finder, garbage
+collection, cross-stream reuse or no_caching is on (``_takes_back``, set where they are).
 tests/memory/test_differential.py checks it against the free and the malloc.
 
 Locking: one lock per allocator (``_lock``). Every public method takes it and never calls
@@ -254,15 +253,12 @@ class DeviceCachingAllocator(FreesDropped):
                             dropped.popleft()
                             rest = block.next
                             if rest is not None and rest.state == FREE:  # split off it
-                                self.stats.reuse(
-                                    small, rounded, block.requested_size, size, rest.size,
-                                    block.prev is None and rest.next is None,
-                                )  # fmt: skip
+                                left, whole = rest.size, block.prev is None and rest.next is None
                             else:  # handed out whole: it leaves and enters alone
-                                self.stats.reuse_in_place(
-                                    small, rounded, block.requested_size, size,
-                                    block.prev is not None or rest is not None,
-                                )  # fmt: skip
+                                left, whole = 0, block.prev is None and rest is None
+                            self.stats.reuse(
+                                small, rounded, block.requested_size, size, left, whole
+                            )
                             block.requested_size = size
                             return ptr
                 self._free_dropped()

@@ -17,7 +17,8 @@ last reset: blocks handed out (count, bytes, requested bytes) and blocks freed b
 (the same three). A free still waiting for record_stream events is *pending*: it has
 lowered allocation and allocated_bytes, not yet active, active_bytes and requested_bytes;
 the three pending sums say by how much. A take-back (a free and an alloc of the same
-block) counts once, in ``reuses`` and ``reuse_bytes``: the readers add them to both sides.
+block) counts once, in ``reuses`` and ``reuse_bytes`` (and ``reuse_requested`` when it asks
+for what the freed block was asked for): the readers add them to both sides.
 Every current value and every sum of increases or decreases is a sum or difference of
 these (``usage_stats``).
 inactive_split moves by a net amount per call (PyTorch applies one increase or decrease
@@ -159,6 +160,7 @@ class Usage:
         "pending_base",
         "reuses",
         "reuse_bytes",
+        "reuse_requested",
     )
 
     def __init__(self) -> None:
@@ -181,6 +183,7 @@ class Usage:
         self.split_peaks = [0, 0]  # (blocks, bytes)
         self.pending_base = (0, 0, 0)  # the pending sums when the sums restarted
         self.reuses = self.reuse_bytes = 0  # take-backs: a free and an alloc each
+        self.reuse_requested = 0  # the bytes asked for by take-backs of the same request
 
     def currents(self) -> tuple[int, int, int, int, int]:
         """(allocation, allocated_bytes, active, active_bytes, requested_bytes) now."""
@@ -236,7 +239,7 @@ class Usage:
         self.base_bytes = allocated
         self.allocs = self.alloc_bytes = self.alloc_requested = 0
         self.frees = self.free_bytes = self.free_requested = 0
-        self.reuses = self.reuse_bytes = 0
+        self.reuses = self.reuse_bytes = self.reuse_requested = 0
         self.split_base = (self.split_blocks, split_bytes)
         self.split_blocks_up = self.split_up_extra = 0
         self.pending_base = (self.pending, self.pending_bytes, self.pending_requested)
@@ -331,51 +334,39 @@ class DeviceStats:
     def reuse(
         self, small: bool, size: int, freed: int, requested: int, rest: int, whole: bool
     ) -> None:
-        """``free`` of a block of ``size`` bytes (asked for as ``freed``) that merges with
-        the free rest of ``rest`` bytes after it, then ``alloc`` of the same block for
-        ``requested`` bytes, split from that rest again (the allocator's take-back, Note
-        [Taking a dropped block back]); ``whole``: the merged block is a whole segment."""
+        """``free`` of a block of ``size`` bytes (asked for as ``freed``), then ``alloc`` of
+        the same block for ``requested`` bytes: the allocator's take-back (Note [Taking a
+        dropped block back]). ``rest`` > 0: the free merges it with the free rest of
+        ``rest`` bytes after it, and the alloc splits it off that rest again; ``whole``:
+        the two make a whole segment. ``rest`` 0: the block has no free neighbour, so it
+        leaves and enters alone; ``whole``: it is a whole segment."""
         usage = self.small if small else self.large
         usage.reuses += 1  # (counted in allocs and frees by the readers: they cancel in both)
         usage.reuse_bytes += size
-        usage.free_requested += freed
-        usage.alloc_requested += requested
-        # the counts and allocated and active bytes come back where they were; only
-        # requested_bytes moves, by requested - freed: the byte room shrinks by that at most
-        usage.bytes_limit -= freed if freed > requested else requested
-        if requested > freed and usage.alloc_bytes - usage.free_requested > usage.bytes_limit:
-            self._catch_up(usage)
-        if whole:  # the free takes the rest out of inactive_split, the alloc puts it back
-            usage.split_blocks_up += 1
-            usage.split_up_extra += rest
-        else:  # the merged block stays split: the free adds its bytes, the alloc takes them
-            # (``_split_moved`` by +size, then by -size: the sum of increases keeps the
-            # rise; only the rise, at its top, can pass a peak)
-            usage.split_up_extra += size
-            if usage.free_bytes - usage.alloc_bytes > usage.split_mark - size:
-                usage.split_offset += size
-                usage.split_mark -= size
-                self._split_catch_up(usage)
-                usage.split_offset -= size
-                usage.split_mark += size
-
-    def reuse_in_place(
-        self, small: bool, size: int, freed: int, requested: int, split: bool
-    ) -> None:
-        """``free`` of a block of ``size`` bytes (asked for as ``freed``) with no free
-        neighbour, then ``alloc`` of the same block, whole, for ``requested`` bytes (the
-        take-back of a block that was handed out whole); ``split``: its segment is split,
-        so the free raises inactive_split by the block and the alloc takes it back."""
-        usage = self.small if small else self.large
-        usage.reuses += 1
-        usage.reuse_bytes += size
-        usage.free_requested += freed
-        usage.alloc_requested += requested
-        usage.bytes_limit -= freed if freed > requested else requested  # (as in ``reuse``)
-        if requested > freed and usage.alloc_bytes - usage.free_requested > usage.bytes_limit:
-            self._catch_up(usage)
-        if split:  # the free's rise, then the alloc's fall: the rise counts, and its top
-            usage.split_blocks_up += 1
+        if requested == freed:  # (the same request again: counted once, in both sums)
+            usage.reuse_requested += requested
+        else:  # requested_bytes moves by requested - freed: the byte room shrinks by that
+            usage.free_requested += freed  # at most
+            usage.alloc_requested += requested
+            usage.bytes_limit -= freed if freed > requested else requested
+            if requested > freed and usage.alloc_bytes - usage.free_requested > usage.bytes_limit:
+                self._catch_up(usage)
+        if rest:
+            if whole:  # the free takes the rest out of inactive_split, the alloc puts it back
+                usage.split_blocks_up += 1
+                usage.split_up_extra += rest
+            else:  # the merged block stays split: the free adds its bytes, the alloc takes
+                # them (``_split_moved`` by +size, then by -size: the sum of increases keeps
+                # the rise; only the rise, at its top, can pass a peak)
+                usage.split_up_extra += size
+                if usage.free_bytes - usage.alloc_bytes > usage.split_mark - size:
+                    usage.split_offset += size
+                    usage.split_mark -= size
+                    self._split_catch_up(usage)
+                    usage.split_offset -= size
+                    usage.split_mark += size
+        elif not whole:  # alone in a split segment: the free adds it to inactive_split, the
+            usage.split_blocks_up += 1  # alloc takes it out; the rise counts, and its top
             usage.split_up_extra += size
             if (
                 usage.split_blocks >= usage.split_blocks_limit
@@ -529,14 +520,15 @@ class DeviceStats:
         reuse_bytes = sum(u.reuse_bytes for u in parts)
         allocs = sum(u.allocs for u in parts) + reuses
         alloc_bytes = sum(u.alloc_bytes for u in parts) + reuse_bytes
-        alloc_requested = sum(u.alloc_requested for u in parts)
+        reuse_requested = sum(u.reuse_requested for u in parts)
+        alloc_requested = sum(u.alloc_requested for u in parts) + reuse_requested
         frees = sum(u.frees for u in parts) + reuses
         free_bytes = sum(u.free_bytes for u in parts) + reuse_bytes
         # active's decreases: the frees less those still pending, plus the completions of
         # frees that were pending when the sums restarted (counted in an earlier sum)
         done = frees - sum(u.pending - u.pending_base[0] for u in parts)
         done_bytes = free_bytes - sum(u.pending_bytes - u.pending_base[1] for u in parts)
-        done_requested = sum(
+        done_requested = reuse_requested + sum(
             u.free_requested - u.pending_requested + u.pending_base[2] for u in parts
         )
         increases = (allocs, alloc_bytes, allocs, alloc_bytes, alloc_requested)
