@@ -342,7 +342,7 @@ class Pool:
         neighbours (``merge``) and enters the index. Returns how that changed the free
         blocks of split device allocations (PyTorch's inactive_split): (blocks, bytes).
 
-        (``merge`` and ``insert`` in one frame: the cached path runs it on every free.)
+        (``merge``, inline: the cached path runs it on every free.)
         """
         size = block.size
         found = self.index.get(block.segment.stream)
@@ -371,24 +371,13 @@ class Pool:
             if nxt.use_events:
                 block.use_events = _union(block.use_events, nxt.use_events)
         block.state = FREE
-        ptr, whole = block.ptr, block.size  # (``_StreamIndex.add``, inline)
-        blocks = found.blocks
-        assert ptr not in blocks, "FREE blocks enter once"
-        blocks[ptr] = block
-        found.version += 1
-        heap = found.heaps.get(whole)
-        if heap is None:
-            found.heaps[whole] = [ptr]
-            insort(found.sizes, whole)
-        elif heap[0] != ptr:
-            heappush(heap, ptr)
-        else:
-            found.stale -= 1
+        assert block.ptr not in found.blocks, "FREE blocks enter once"
+        found.add(block)
         block.gc_age = self.get_free_blocks_call_count
         if block.segment.source.expandable:  # (pages, not split device allocations)
             return 0, 0
         if block.prev is None and block.next is None:  # a whole segment now
-            return -absorbed, size - whole
+            return -absorbed, size - block.size
         return 1 - absorbed, size  # it stays split: itself in, its absorbed neighbours out
 
     def best_fit(self, stream: int, size: int) -> Block | None:
