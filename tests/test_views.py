@@ -262,3 +262,26 @@ def test_remembered_layouts_are_bounded():
         t[:n].view(-1, 1)
         assert len(vram._tensor._layouts) <= bound
     assert t[:7].view(-1, 1).shape == (7, 1)
+
+
+@pytest.mark.parametrize("perm", [(0, 1, 2), (2, 0, 1), (1, 2, 0)])
+def test_an_int_index_is_the_general_index(perm):
+    """``t[i]`` (the int fast path) against ``t[(i,)]`` and ``t[i, ...]`` (basic_index's
+    general walk): the same layout and values for every i, negative ones too, and the same
+    error past the ends; a bool is not taken as an int."""
+    base, _ = source((3, 4, 5))
+    t = base.permute(*perm)[1:]  # a strided source with an offset
+    n = t.shape[0]
+    for i in range(-n, n):
+        for want in (t[(i,)], t[i, ...]):
+            got = t[i]
+            assert (got.shape, got.stride(), got.storage_offset()) == (
+                want.shape, want.stride(), want.storage_offset()
+            )  # fmt: skip
+            assert shared(got, base) and np.array_equal(got.numpy(), want.numpy())
+    for i in (n, -n - 1):
+        with pytest.raises(IndexError, match=f"index {i} is out of bounds for dimension 0"):
+            t[i]
+    assert t[True].shape == (1, *t.shape) and t[False].shape == (0, *t.shape)
+    with pytest.raises(IndexError, match="invalid index of a 0-dim tensor|too many indices"):
+        t[0][0][0][0]

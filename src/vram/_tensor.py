@@ -283,13 +283,6 @@ _MAX_LAYOUTS = 4096
 _INTS = frozenset((int,))
 
 
-def _plain_ints(args: tuple[Any, ...]) -> tuple[int, ...] | None:
-    """``args`` (or the one tuple in it) when every element is an int, else None."""
-    if len(args) == 1 and type(args[0]) is tuple:
-        args = args[0]
-    return args if {*map(type, args)} <= _INTS else None
-
-
 def _remember_layout(key: Any, layout: tuple) -> tuple:
     if key is not None:
         if len(_layouts) >= _MAX_LAYOUTS:
@@ -464,8 +457,8 @@ class Tensor:
     def _view_layout(self, shape: tuple[Any, ...]) -> tuple[tuple[int, ...], Any]:
         """(shape, strides) of a view of ``shape``'s sizes, remembered (Note [Layouts
         remembered]); strides None where the memory cannot be viewed so."""
-        sizes = _plain_ints(shape)
-        key = None if sizes is None else ("view", self._shape, self._stride, sizes)
+        sizes = shape[0] if len(shape) == 1 and type(shape[0]) is tuple else shape
+        key = ("view", self._shape, self._stride, sizes) if {*map(type, sizes)} <= _INTS else None
         found = _layouts.get(key)
         if found is not None:
             return found
@@ -545,8 +538,10 @@ class Tensor:
 
     def permute(self, *dims: Any) -> Tensor:
         """Reorder the dimensions (a view)."""
-        order = _plain_ints(dims)
-        key = None if order is None else ("permute", self._shape, self._stride, order)
+        order = dims[0] if len(dims) == 1 and type(dims[0]) is tuple else dims
+        key = (
+            ("permute", self._shape, self._stride, order) if {*map(type, order)} <= _INTS else None
+        )
         found = _layouts.get(key)
         if found is None:
             order = permute_order(dims, self.ndim)
@@ -637,9 +632,11 @@ class Tensor:
     def __getitem__(self, index: Any) -> Tensor:
         """Basic indexing (ints, slices, None, ..., True/False) is a view; tensors, lists and
         arrays in the index read a copy (PyTorch's advanced indexing, vram.ops)."""
-        (shape, stride, offset), advanced = basic_index(
-            self._shape, self._stride, self._offset, index
-        )
+        shape = self._shape
+        if type(index) is int and shape and -shape[0] <= index < shape[0]:  # t[i], the commonest
+            at = self._offset + index % shape[0] * self._stride[0]
+            return Tensor._make(self._storage, shape[1:], self._stride[1:], at, self.dtype)
+        (shape, stride, offset), advanced = basic_index(shape, self._stride, self._offset, index)
         view = self._view(shape, stride, offset)
         return dispatch["__getitem__"](view, advanced) if advanced else view
 

@@ -667,14 +667,35 @@ def test_linear_plans_fold_leading_dimensions(mm_on_ref):
         got = vram.nn.functional.linear(x, w, bias)
         assert got.shape == (2, 3, 7) and got.stride() == (21, 7, 1)
         expect(got, want)
-    assert len(ref.descs) == 1 and len(vram.blas._functions._plans.add) == 1
+    assert len(ref.descs) == 1 and len(vram.blas._functions._plans.linear) == 1
+    assert not vram.blas._functions._plans.add  # (addmm's keys are not linear's)
     sliced = rand((2, 3, 10), 73)[..., ::2]  # its rows are a copy: not remembered
     for _ in range(2):
         expect(vram.nn.functional.linear(sliced, w, bias), host(sliced) @ host(w).T + host(bias))
-    assert len(vram.blas._functions._plans.add) == 1
+    assert len(vram.blas._functions._plans.linear) == 1
     expect(vram.nn.functional.linear(x, w), host(x) @ host(w).T)  # no bias: matmul's route
     with pytest.raises(RuntimeError, match="expects 5"):
         vram.nn.functional.linear(rand((2, 4), 74), w, bias)
+
+
+@pytest.mark.parametrize("bias", ["row", "strided row"])
+@pytest.mark.parametrize("rows", [(6,), (2, 3)])
+def test_a_planned_linear_is_the_checked_one(mm_on_ref, rows, bias):
+    """linear's second call runs the plan its first (checked) call kept: the same library
+    calls and bit for bit the same result, for new tensors of the same problem."""
+    ref = mm_on_ref
+    x, w, c = rand((*rows, 5), 75), rand((7, 5), 76), BIASES[bias]()
+    first = vram.nn.functional.linear(x, w, c)
+    calls = list(ref.calls)
+    assert len(vram.blas._functions._plans.linear) == 1
+    second = vram.nn.functional.linear(x, w, c)
+    expect(first, host(x) @ host(w).T + host(c))
+    assert second.shape == first.shape == (*rows, 7) and second.stride() == first.stride()
+    assert np.array_equal(second.numpy(), first.numpy())
+    assert ref.calls[len(calls) :] == calls  # the same library calls again
+    y = vram.empty_like(x).copy_(x) * 2  # another input of the same problem
+    expect(vram.nn.functional.linear(y, w, c), 2 * host(x) @ host(w).T + host(c))
+    assert len(vram.blas._functions._plans.linear) == 1
 
 
 def test_addmm_plans_follow_settings_and_arguments(mm_on_ref):

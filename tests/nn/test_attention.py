@@ -235,6 +235,25 @@ def test_scale_is_given_per_call(fused_calls):
     assert len(fused_calls) == 3 and len({id(plan) for plan in fused_calls}) == 1
 
 
+def test_plans_follow_the_flags_and_every_operand(fused_calls):
+    """Calls interleaved over the flags (NumPy's bools as Python's) and the operands'
+    layouts each take their own plan, twice over (the second time from the cache)."""
+    q, k, v = (sample((1, 2, 20, 64), BF16, seed) for seed in range(3))
+    kt = on(np.ascontiguousarray(k.transpose(0, 1, 3, 2))).transpose(-2, -1)  # other strides
+    cases = [(True, on(k)), (False, on(k)), (np.True_, on(k)), (np.False_, kt), (True, kt)]
+    firsts = []
+    for round_ in range(2):
+        for i, (causal, key) in enumerate(cases):
+            got = SDPA(on(q), key, on(v), is_causal=causal)
+            close(got, sdpa_np(q, k, v, causal=bool(causal)), TOL[BF16])
+            if round_:
+                assert np.array_equal(got.numpy(), firsts[i])
+            else:
+                firsts.append(got.numpy())
+    assert np.array_equal(firsts[0], firsts[2])  # np.True_ is True
+    assert len({id(plan) for plan in fused_calls}) == 2  # one per flag of aligned operands
+
+
 def test_the_host_device_runs_both_paths():
     for dt, dim in ((np.float32, 16), (BF16, 64)):
         q, k, v = sample((2, 9, dim), dt), sample((2, 11, dim), dt, 1), sample((2, 11, dim), dt, 2)

@@ -407,3 +407,36 @@ def test_where_refuses_what_pytorch_refuses():
         vram.where([True, False], a, a)
     with pytest.raises(RuntimeError, match="same device"):
         vram.where(vram.tensor([True, False], device=SIM), a, vram.ones(2, device=SIM1))
+
+
+@pytest.mark.parametrize("device", [SIM, CPU], ids=str)
+def test_binary_operators_equal_the_general_path(device):
+    """``a + b``, ``a - b``, ``a * b`` (plans by signature id, ``PointwisePlan.binary``)
+    against ``run`` (the general path): the same dtype, layout and values, and the result's
+    signature id the one its layout has. Operators of one op with other fields share the
+    plan: interleaved, each call converts its own fields."""
+    from vram.ops import _math, _pointwise
+
+    f32 = vram.tensor(random(vram.float32, (3, 5), 8), device=device)
+    f16 = vram.tensor(random(vram.float16, (5,), 9), device=device)
+    i8 = vram.tensor(random(vram.int8, (3, 1), 10), device=device)
+    wide = vram.tensor(random(vram.float32, (5, 6), 11), device=device)
+    add_twice = _pointwise.binary_operator(_math.BINARY["add"], (2,))  # a + 2 * b
+    for a, b in ((f32, f32), (f32, f16), (i8, f16), (wide.t()[:3], f32), (f32[:0], f32[:0])):
+        for name, fields in (("add", (1,)), ("sub", (1,)), ("mul", ())):
+            general = _pointwise.run(_math.BINARY[name], (a, b), fields)
+            operator = getattr(vram.Tensor, f"__{name}__")
+            for _ in range(2):  # built, then looked up
+                got = operator(a, b)
+                assert (got.dtype, got.shape, got.stride()) == (
+                    general.dtype, general.shape, general.stride()
+                )  # fmt: skip
+                np.testing.assert_array_equal(got.numpy(), general.numpy())
+                found, got._sig = got._sig, 0
+                assert _pointwise.signature_id(got) == found
+        twice = _pointwise.run(_math.BINARY["add"], (a, b), (2,))
+        for _ in range(2):
+            np.testing.assert_array_equal(add_twice(a, b).numpy(), twice.numpy())
+            np.testing.assert_array_equal(
+                (a + b).numpy(), _pointwise.run(_math.BINARY["add"], (a, b), (1,)).numpy()
+            )

@@ -210,6 +210,31 @@ def test_layer_norm_plans_follow_every_argument():
         F.layer_norm(on(a), (32,), on(w16))  # (float32 input, bfloat16 weight: refused)
 
 
+@pytest.mark.parametrize("device", [SIM, CPU], ids=str)
+def test_layer_norm_common_call_is_the_checked_one(device):
+    """The common call's one lookup (a tuple of ints, weight, bias, a float eps) gives what
+    the checked route gives (a list, NumPy numbers): bit for bit, the same result layout
+    (its signature id too), weights copied where they are not contiguous."""
+    a = sample(vram.bfloat16, (2, 3, 32), 16)
+    w, b = sample(vram.float32, (32,), 17), sample(vram.float32, (64,), 18)[::2]
+    x, weight = on(a, device), on(w, device)
+    strided = on(sample(vram.float32, (64,), 18), device)[::2]
+    for bias in (on(b.copy(), device), strided):
+        checked = F.layer_norm(x, [np.int64(32)], weight, bias, eps=np.float64(1e-3))
+        for _ in range(2):  # the plan's first result, then one of the lookup's
+            common = F.layer_norm(x, (32,), weight, bias, eps=1e-3)
+            assert common.shape == checked.shape and common.stride() == checked.stride()
+            assert np.array_equal(common.numpy(), checked.numpy())
+            found = common._sig
+            common._sig = 0
+            assert vram.ops._pointwise.signature_id(common) == found
+        close(checked, layer_norm_np(a, (32,), w, b, 1e-3).astype(a.dtype))
+    with pytest.raises(TypeError, match="'normalized_shape' must be tuple of ints"):
+        F.layer_norm(x, (32.0,), weight, bias, eps=1e-3)  # (equal to (32,) as a key)
+    with pytest.raises(TypeError, match="'eps' must be float"):
+        F.layer_norm(x, (32,), weight, bias, eps="1e-3")
+
+
 def test_layer_norm_errors():
     x = on(np.ones((2, 3), np.float32))
     with pytest.raises(TypeError, match="'normalized_shape' must be tuple of ints, not int"):

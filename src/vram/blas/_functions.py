@@ -17,9 +17,11 @@ the key (and the result). An ``out`` that shares an operand's storage always tak
 full checks.
 
 ``addmm`` and ``linear`` keep their problems the same way (with the bias's shape, strides,
-dtype and device, beta, alpha and the activation in the key): a layer's product with its
-bias is then as cheap to queue as ``mm``. ``linear`` keeps only plans that read the operands
-by their pointers, so that a repeated call makes neither the rows view nor ``weight.t()``.
+dtype and device, beta, alpha and the activation in addmm's key; linear, whose beta, alpha
+and activation are fixed, keeps its own dict without them): a layer's product with its bias
+is then as cheap to queue as ``mm``, the key made and looked up in the op's own frame.
+``linear`` keeps only plans that read the operands by their pointers, so that a repeated
+call makes neither the rows view nor ``weight.t()``.
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ _DTYPES = frozenset(d.name for d in GEMM_DTYPES)
 _MAX_PLANS = 512  # mm problems remembered per thread; the oldest is dropped beyond
 _ALIGN_MASK = 255  # pointer bits below the largest alignment a plan asks about (256 bytes)
 _PLAIN_SCALARS = (int, float)  # beta and alpha of these exact types may be in a key
-_LINEAR = object()  # the activation slot of linear's keys (no argument of addmm's can be it)
 
 
 class _Plans(threading.local):
@@ -49,6 +50,7 @@ class _Plans(threading.local):
         self.mm: dict[tuple, tuple[Any, tuple[int, int], tuple[int, int], int, int]] = {}
         # addmm's and linear's: key -> mm's entry and the checked beta and alpha
         self.add: dict[tuple, tuple] = {}
+        self.linear: dict[tuple, tuple] = {}
 
 
 _plans = _Plans()
@@ -58,6 +60,7 @@ def clear_plans() -> None:
     """Forget this thread's mm, addmm and linear problems (see Note [mm's plans])."""
     _plans.mm.clear()
     _plans.add.clear()
+    _plans.linear.clear()
 
 
 def _remember(plans: dict, key: tuple, value: tuple) -> None:
@@ -216,11 +219,32 @@ def addmm(
     "gelu" is PyTorch's ``_addmm_activation``, fused into cuBLASLt's epilogue where it can
     be). ``input`` broadcasts to [M, N]; with ``beta == 0`` it is not read."""
     key = None
-    if out is None:
-        key, pa, pb = _add_key(input, mat1, mat2, beta, alpha, activation)
-        done = _run_remembered(key, input, mat1, mat2, pa, pb)
-        if done is not None:
-            return done
+    if (
+        out is None
+        and type(beta) in _PLAIN_SCALARS
+        and type(alpha) in _PLAIN_SCALARS
+        and (activation is None or type(activation) is str)
+    ):
+        try:  # the key of Note [mm's plans]; anything but tensors takes the checks below
+            pa = mat1._storage.ptr + mat1._offset * mat1.dtype.itemsize
+            pb = mat2._storage.ptr + mat2._offset * mat2.dtype.itemsize
+            pc = input._storage.ptr + input._offset * input.dtype.itemsize
+            key = (
+                mat1._sig or signature_id(mat1), mat2._sig or signature_id(mat2),
+                input._sig or signature_id(input), (pa | pb | pc) & _ALIGN_MASK, beta, alpha,
+                activation, _backends.generation, _tunable.state.generation,
+            )  # fmt: skip
+        except AttributeError:
+            key = None
+        found = _plans.add.get(key)  # type: ignore[arg-type]
+        if found is not None:
+            plan, shape, stride, nbytes, sig, checked_beta, checked_alpha = found
+            result = new_tensor(shape, stride, input.dtype, input._storage.device, nbytes)
+            po = result._storage.ptr
+            if not po & _ALIGN_MASK:  # (else less aligned than the plan may assume: checked)
+                result._sig = sig
+                plan.run(result, mat1, mat2, input, checked_beta, checked_alpha, pa, pb, po)
+                return result
     names = ("input", "mat1", "mat2")
     return _add_product("addmm", names, input, mat1, mat2, beta, alpha, out, 2, activation, key)
 
@@ -233,10 +257,26 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     it applies): leading dimensions of ``input`` are folded into the rows, as PyTorch does."""
     key = None
     if bias is not None:
-        key, pa, pb = _add_key(bias, input, weight, 1, 1, _LINEAR)
-        done = _run_remembered(key, bias, None, None, pa, pb)
-        if done is not None:
-            return done
+        try:  # addmm's key of Note [mm's plans], less what linear fixes (beta, alpha, act)
+            pa = input._storage.ptr + input._offset * input.dtype.itemsize
+            pb = weight._storage.ptr + weight._offset * weight.dtype.itemsize
+            pc = bias._storage.ptr + bias._offset * bias.dtype.itemsize
+            key = (
+                input._sig or signature_id(input), weight._sig or signature_id(weight),
+                bias._sig or signature_id(bias), (pa | pb | pc) & _ALIGN_MASK,
+                _backends.generation, _tunable.state.generation,
+            )  # fmt: skip
+        except AttributeError:
+            key = None
+        found = _plans.linear.get(key)  # type: ignore[arg-type]
+        if found is not None:
+            plan, shape, stride, nbytes, sig, beta, alpha = found
+            out = new_tensor(shape, stride, bias.dtype, bias._storage.device, nbytes)
+            po = out._storage.ptr
+            if not po & _ALIGN_MASK:  # (else less aligned than the plan may assume: checked)
+                out._sig = sig
+                plan.run(out, None, None, bias, beta, alpha, pa, pb, po)
+                return out
     x = _checks.tensor_arg("linear", "input", input)
     w = _checks.tensor_arg("linear", "weight", weight)
     _checks.rank("linear", "weight", w, 2)
@@ -257,52 +297,6 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     shape = (*x.shape[:-1], w.shape[0])
     product = _add_product("addmm", names, b, rows, w.t(), 1, 1, None, 2, None, key, shape)
     return product.view(shape)
-
-
-def _add_key(
-    bias: Any, a: Any, b: Any, beta: Any, alpha: Any, activation: Any
-) -> tuple[tuple | None, int, int]:
-    """(key, a's and b's data pointers) of an addmm (or, ``activation``
-    ``_LINEAR``, a linear) problem as Note [mm's plans] keys it; the key None where it
-    cannot be made (anything but tensors, scalars or activations of other types)."""
-    if (
-        type(beta) not in _PLAIN_SCALARS
-        or type(alpha) not in _PLAIN_SCALARS
-        or not (activation is None or type(activation) is str or activation is _LINEAR)
-    ):
-        return None, 0, 0
-    try:
-        size = a.dtype.itemsize
-        pa = a._storage.ptr + a._offset * size
-        pb = b._storage.ptr + b._offset * b.dtype.itemsize
-        pc = bias._storage.ptr + bias._offset * bias.dtype.itemsize
-        key = (
-            a._sig or signature_id(a), b._sig or signature_id(b),
-            bias._sig or signature_id(bias), (pa | pb | pc) & _ALIGN_MASK, beta, alpha,
-            activation, _backends.generation, _tunable.state.generation,
-        )  # fmt: skip
-    except AttributeError:
-        return None, 0, 0
-    return key, pa, pb
-
-
-def _run_remembered(
-    key: tuple | None, bias: Tensor, a: Tensor | None, b: Tensor | None, pa: int, pb: int
-) -> Tensor | None:
-    """The addmm or linear problem remembered under ``key``, queued into a new result; None
-    where none is (or the result is less aligned than the plan may assume: the caller then
-    takes the checked route)."""
-    found = _plans.add.get(key)  # type: ignore[arg-type]
-    if found is None:
-        return None
-    plan, shape, stride, nbytes, sig, beta, alpha = found
-    out = new_tensor(shape, stride, bias.dtype, bias._storage.device, nbytes)
-    po = out._storage.ptr
-    if po & _ALIGN_MASK:
-        return None
-    out._sig = sig
-    plan.run(out, a, b, bias, beta, alpha, pa, pb, po)
-    return out
 
 
 def baddbmm(
@@ -362,7 +356,8 @@ def _add_product(
         stride = contiguous_strides(final_shape)
         nbytes = math.prod(final_shape) * target.dtype.itemsize
         sig = signature_id(target if linear_shape is None else target.view(final_shape))
-        _remember(_plans.add, key, (plan, final_shape, stride, nbytes, sig, beta, alpha))
+        plans = _plans.add if linear_shape is None else _plans.linear
+        _remember(plans, key, (plan, final_shape, stride, nbytes, sig, beta, alpha))
     plan.run(target, a, b, bias, beta, alpha, pa, pb, po)
     return target
 

@@ -235,18 +235,19 @@ def scaled_dot_product_attention(
     query's dtype), broadcast to [..., L, S]. ``is_causal``: query i attends to keys
     0..i (top-left aligned); not with ``attn_mask``. ``scale``: 1 / sqrt(E) by default.
     ``enable_gqa``: key and value may have fewer heads than query (a divisor)."""
-    _check_flag("is_causal", is_causal)
-    _check_flag("enable_gqa", enable_gqa)
-    try:
+    if type(is_causal) is not bool or type(enable_gqa) is not bool:  # (NumPy's bools pass)
+        _check_flag("is_causal", is_causal)
+        _check_flag("enable_gqa", enable_gqa)
+    try:  # each operand's (dtype, shape, strides, device), made in this frame
         signature: Any = (
             _NAME,
-            _signature(query),
-            _signature(key),
-            _signature(value),
-            None if attn_mask is None else _signature(attn_mask),
             bool(is_causal),
             bool(enable_gqa),
-        )
+            query.dtype, query._shape, query._stride, query._storage.device,
+            key.dtype, key._shape, key._stride, key._storage.device,
+            value.dtype, value._shape, value._stride, value._storage.device,
+            None if attn_mask is None else _signature(attn_mask),
+        )  # fmt: skip
         plan = PLANS.get(signature)
     except AttributeError:  # not tensors: the checks below name the argument
         signature, plan = None, None

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import _dtypes, _factories
 from .._tensor import Tensor
-from ..blas import _functions as _blas
+from ..blas._functions import linear
 from ..ops import _indexing, _math, _random, _reductions, _softmax
 from ..ops._activations import (
     celu,
@@ -72,15 +72,6 @@ __all__ = [
     "cross_entropy",
     "binary_cross_entropy_with_logits",
 ]
-
-
-def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
-    """``input @ weight.T + bias`` (torch.nn.functional.linear): ``input`` [*, in_features],
-    ``weight`` [out_features, in_features], ``bias`` [out_features] or None.
-
-    With a bias the product and the bias are one GEMM (addmm, cuBLASLt's BIAS epilogue where
-    it applies): leading dimensions of ``input`` are folded into the rows, as PyTorch does."""
-    return _blas.linear(input, weight, bias)
 
 
 def _activation(name: str, input: Any, inplace: bool) -> Tensor:  # noqa: A002

@@ -256,7 +256,7 @@ class AttentionPlan:
         """The output of one call: ``pq``, ``pk``, ``pv`` the operands' data pointers (16-byte
         aligned: the caller checks), ``pm`` the mask's (0 for none)."""
         device = self.device
-        out = new_tensor(self.shape, self.stride, self.dtype, device, self.nbytes)
         stream = current_handle(device) if device.type != "cpu" else 0
+        out = new_tensor(self.shape, self.stride, self.dtype, device, self.nbytes, stream)
         self.run(stream, pq, pk, pv, out._storage.ptr, pm, scale)
         return out

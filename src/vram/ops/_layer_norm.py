@@ -25,7 +25,7 @@ from .._tensor import Tensor, contiguous_strides
 from ..driver._work import Arg, Kernel, Launch, Launcher, View
 from ._kernels import KERNEL_DIR, c_type
 from ._math import _torch_name
-from ._plans import launcher, new_tensor
+from ._plans import PLANS, launcher, new_tensor
 from ._pointwise import signature_id
 from ._pointwise import store as _put
 from ._promotion import kind, opmath
@@ -33,6 +33,8 @@ from ._reduce import multiprocessors, plan_for
 from ._rows import RowLayout, norm_layout
 
 __all__ = ["layer_norm", "LayerNormPlan"]
+
+_INTS = frozenset((int,))  # the element types of a normalized shape the common call takes
 
 
 @cache
@@ -80,6 +82,7 @@ class LayerNormPlan:
         "nbytes",
         "numel",
         "copy",
+        "out_sig",
         "run",
         "run_vec",
         "scalar_launch",
@@ -103,11 +106,13 @@ class LayerNormPlan:
         self.dtype = x.dtype
         self.numel = math.prod(x._shape)
         self.nbytes = self.numel * x.dtype.itemsize
-        self.copy = (
+        copy = (
             not x.is_contiguous(),
             weight is not None and not weight.is_contiguous(),
             bias is not None and not bias.is_contiguous(),
         )
+        self.copy = copy if any(copy) else None  # what a call copies first; None: nothing
+        self.out_sig = 0  # the signature id of the results it makes (known after the first)
         n = math.prod(shape)
         rows = self.numel // n if n else 0
         compute = opmath(x.dtype)
@@ -158,15 +163,20 @@ class LayerNormPlan:
         device = self.device
         stream = current_handle(device) if device.type != "cpu" else 0
         result = new_tensor(self.shape, self.stride, self.dtype, device, self.nbytes, stream)
+        if self.out_sig:
+            result._sig = self.out_sig
+        else:
+            self.out_sig = signature_id(result)
         if not self.numel:
             return result
-        copy_x, copy_w, copy_b = self.copy
-        if copy_x:
-            x = x.contiguous()
-        if copy_w:
-            weight = weight.contiguous()
-        if copy_b:
-            bias = bias.contiguous()
+        if self.copy is not None:
+            copy_x, copy_w, copy_b = self.copy
+            if copy_x:
+                x = x.contiguous()
+            if copy_w:
+                weight = weight.contiguous()
+            if copy_b:
+                bias = bias.contiguous()
         ptr = x._storage.ptr + x._offset * x.dtype.itemsize
         po = result._storage.ptr
         pw = (
@@ -253,9 +263,27 @@ def layer_norm(
     eps: float = 1e-5,
 ) -> Tensor:
     """torch.nn.functional.layer_norm over the last ``len(normalized_shape)`` dims."""
-    if isinstance(normalized_shape, list):
-        normalized_shape = tuple(normalized_shape)
-    if isinstance(input, Tensor) and isinstance(normalized_shape, tuple):
+    if (  # the common call (a tuple of ints, a weight and a bias, a float eps): one lookup
+        type(input) is Tensor
+        and type(normalized_shape) is tuple
+        and type(weight) is Tensor
+        and type(bias) is Tensor
+        and type(eps) is float
+        and {*map(type, normalized_shape)} <= _INTS
+    ):
+        plan = PLANS.get(
+            (
+                "layer_norm",
+                input._sig or signature_id(input),
+                normalized_shape,
+                weight._sig or signature_id(weight),
+                bias._sig or signature_id(bias),
+            )
+        )
+        if plan is not None:
+            return plan(input, weight, bias, eps)
+    if isinstance(input, Tensor):
+        normalized_shape = _normalized_shape(normalized_shape)
         key = (
             "layer_norm",
             input._sig or signature_id(input),

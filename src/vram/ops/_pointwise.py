@@ -383,20 +383,28 @@ class PointwisePlan:
         return out
 
     def binary(self, a: Tensor, b: Tensor, fields: tuple) -> Tensor:
-        """``op(a, b, *fields)`` into a new tensor (the plan of two tensor operands)."""
+        """``op(a, b, *fields)`` into a new tensor (the plan of two tensor operands).
+
+        (``_output`` and the repeated fields' ``_convert`` inline: the operators' commonest
+        call, one frame above the allocator's.)"""
         device = self.device
         stream = current_handle(device) if device.type != "cpu" else 0
-        out = self._output(stream)
+        out = new_tensor(self.shape, self.out_stride, self.out_dtype, device, self.nbytes, stream)
+        if self.out_sig:
+            out._sig = self.out_sig
+        else:
+            self.out_sig = signature_id(out)
         if self.numel:
             items = self.items
             po = out._storage.ptr
             pa = a._storage.ptr + a._offset * items[0]
             pb = b._storage.ptr + b._offset * items[1]
+            values = self.values if fields is self.fields else self._convert(fields)
             vec = self.vec
             if vec is not None and not (po | pa | pb) & 15:
-                vec(stream, *self._convert(fields), po, pa, pb)
+                vec(stream, *values, po, pa, pb)
             else:
-                self.run(stream, *self._convert(fields), po, pa, pb)
+                self.run(stream, *values, po, pa, pb)
         return out
 
     def ternary(self, a: Tensor, b: Tensor, c: Tensor, fields: tuple) -> Tensor:
