@@ -370,7 +370,7 @@ class _DirectPlan:
             copy_(out, bias.expand(out.shape))
             pbias = po
         else:
-            pbias = bias.data_ptr()
+            pbias = bias._storage.ptr + bias._offset * bias.dtype.itemsize  # (data_ptr's)
         device, space = self.device, self.workspace
         handle = current_handle(device) if device.type != "cpu" else 0  # (stream_handle's)
         workspace = current_workspace(space[0], space[1], device, handle) if space else 0
