@@ -30,6 +30,7 @@ import math
 import threading
 from typing import Any
 
+from .._streams import current_handle
 from .._tensor import Tensor, broadcast_shapes, contiguous_strides, dispatch
 from ..backends import cuda as _backends
 from ..ops._plans import new_tensor
@@ -151,13 +152,17 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # 
     found = _plans.mm.get(key)  # type: ignore[arg-type]
     if found is not None:
         plan, shape, stride, nbytes, sig = found
-        if out is None:
-            out = new_tensor(shape, stride, dt, sa.device, nbytes)
+        if out is None:  # (the stream asked for once, for the result and the product)
+            device = sa.device
+            stream = current_handle(device) if device.type != "cpu" else 0
+            out = new_tensor(shape, stride, dt, device, nbytes, stream)
             out._sig = sig
             po = out._storage.ptr
             if po & _ALIGN_MASK:  # less aligned than the plan may assume
                 gemm(out, input, mat2, None, 0.0, 1.0, 0)
                 return out
+            plan.product(out, input, mat2, pa, pb, po, stream)
+            return out
         plan.product(out, input, mat2, pa, pb, po)
         return out
     return _checked_mm(input, mat2, out, key)
@@ -239,11 +244,14 @@ def addmm(
         found = _plans.add.get(key)  # type: ignore[arg-type]
         if found is not None:
             plan, shape, stride, nbytes, sig, checked_beta, checked_alpha = found
-            result = new_tensor(shape, stride, input.dtype, input._storage.device, nbytes)
+            device = input._storage.device  # (the stream asked for once: result, product)
+            stream = current_handle(device) if device.type != "cpu" else 0
+            result = new_tensor(shape, stride, input.dtype, device, nbytes, stream)
             po = result._storage.ptr
             if not po & _ALIGN_MASK:  # (else less aligned than the plan may assume: checked)
                 result._sig = sig
-                plan.run(result, mat1, mat2, input, checked_beta, checked_alpha, pa, pb, po)
+                plan.run(result, mat1, mat2, input, checked_beta, checked_alpha, pa, pb, po,
+                         stream)  # fmt: skip
                 return result
     names = ("input", "mat1", "mat2")
     return _add_product("addmm", names, input, mat1, mat2, beta, alpha, out, 2, activation, key)
@@ -271,11 +279,13 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         found = _plans.linear.get(key)  # type: ignore[arg-type]
         if found is not None:
             plan, shape, stride, nbytes, sig, beta, alpha = found
-            out = new_tensor(shape, stride, bias.dtype, bias._storage.device, nbytes)
+            device = bias._storage.device  # (the stream asked for once: result, product)
+            stream = current_handle(device) if device.type != "cpu" else 0
+            out = new_tensor(shape, stride, bias.dtype, device, nbytes, stream)
             po = out._storage.ptr
             if not po & _ALIGN_MASK:  # (else less aligned than the plan may assume: checked)
                 out._sig = sig
-                plan.run(out, None, None, bias, beta, alpha, pa, pb, po)
+                plan.run(out, None, None, bias, beta, alpha, pa, pb, po, stream)
                 return out
     x = _checks.tensor_arg("linear", "input", input)
     w = _checks.tensor_arg("linear", "weight", weight)

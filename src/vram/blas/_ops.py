@@ -365,23 +365,37 @@ class _DirectPlan:
         pa: int,
         pb: int,
         po: int,
+        handle: int | None = None,
     ) -> None:
+        """``out = act(alpha * a @ b + beta * bias)`` on the current stream (whose handle
+        the caller may have asked for already: ``handle``)."""
         if self.copy_bias:  # PyTorch's: out = bias, then the product accumulates
             copy_(out, bias.expand(out.shape))
             pbias = po
         else:
             pbias = bias._storage.ptr + bias._offset * bias.dtype.itemsize  # (data_ptr's)
         device, space = self.device, self.workspace
-        handle = current_handle(device) if device.type != "cpu" else 0  # (stream_handle's)
+        if handle is None:
+            handle = current_handle(device) if device.type != "cpu" else 0  # (stream_handle's)
         workspace = current_workspace(space[0], space[1], device, handle) if space else 0
         self.run_gemm(handle, po, pa, pb, pbias, alpha, beta, workspace)
         if self.activation:
             _activate(out, self.activation)
 
-    def product(self, out: Tensor, a: Tensor, b: Tensor, pa: int, pb: int, po: int) -> None:
+    def product(
+        self,
+        out: Tensor,
+        a: Tensor,
+        b: Tensor,
+        pa: int,
+        pb: int,
+        po: int,
+        handle: int | None = None,
+    ) -> None:
         """``out = a @ b`` (mm's form of ``run``: alpha 1, no bias, no activation)."""
         device, space = self.device, self.workspace
-        handle = current_handle(device) if device.type != "cpu" else 0
+        if handle is None:
+            handle = current_handle(device) if device.type != "cpu" else 0
         workspace = current_workspace(space[0], space[1], device, handle) if space else 0
         self.run_gemm(handle, po, pa, pb, po, 1.0, 0.0, workspace)
 
@@ -415,6 +429,7 @@ class _StagedPlan:
         pa: int,
         pb: int,
         po: int,
+        handle: int | None = None,
     ) -> None:
         a = a.contiguous() if self.copy_a else a
         b = b.contiguous() if self.copy_b else b
@@ -428,8 +443,17 @@ class _StagedPlan:
         gemm(target, a, b, bias, beta, alpha, self.activation, self.algo)
         copy_(out, target)
 
-    def product(self, out: Tensor, a: Tensor, b: Tensor, pa: int, pb: int, po: int) -> None:
-        """``out = a @ b`` (mm's form of ``run``)."""
+    def product(
+        self,
+        out: Tensor,
+        a: Tensor,
+        b: Tensor,
+        pa: int,
+        pb: int,
+        po: int,
+        handle: int | None = None,
+    ) -> None:
+        """``out = a @ b`` (mm's form of ``run``; ``handle`` unused: the copies ask)."""
         self.run(out, a, b, out, 0.0, 1.0, pa, pb, po)
 
 
