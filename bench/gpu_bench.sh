@@ -8,7 +8,9 @@
 #    (the rows of issue 31's table and the ops after them), and bench/eager_device.py: the
 #    device's time per call of the same rows;
 # 2. bench/alloc.py and bench/trace_ops.py: the allocator against PyTorch and CuPy, and
-#    BEFORE's src/ (an older commit's) against this tree's, each alone in its process;
+#    BEFORE's src/ (an older commit's) against this tree's: the traces with both trees in
+#    one process, interleaved round by round; the allocator benchmark each alone in its
+#    process;
 # 3. bench/eager.py --decoder: a GPT-2-small decoder block, vram against PyTorch eager;
 # 4. bench/eager_reduce.py at 64M elements: GB/s of add, exp, sum, softmax and layer_norm
 #    (REDUCE=0 leaves it out).
@@ -40,11 +42,13 @@ step trace_ops python3 bench/trace_ops.py --traces "$traces" --repeats 5 \
     --dump-sequences /tmp/sequences.json --out "$RESULTS"
 step alloc python3 bench/alloc.py --repeats 5 --pairs "${ALLOC_PAIRS:-10000}" --out "$RESULTS"
 if [ -n "${BEFORE:-}" ]; then
+    # the traces: this tree and BEFORE's in one process, their rounds interleaved (one table)
+    step trace_ops-after python3 bench/trace_ops.py --label after --also-src "$BEFORE" \
+        --also-label before --only-vram --repeats 7 --sequences /tmp/sequences.json \
+        --out "$RESULTS"
     for side in after before; do
         src=$PWD/src
         [ "$side" = before ] && src=$BEFORE
-        step "trace_ops-$side" python3 bench/trace_ops.py --vram-src "$src" --label "$side" \
-            --only-vram --repeats 5 --sequences /tmp/sequences.json --out "$RESULTS"
         step "alloc-$side" python3 bench/alloc.py --vram-src "$src" --label "$side" \
             --only-vram --repeats 5 --pairs "${ALLOC_PAIRS:-10000}" --out "$RESULTS"
     done
