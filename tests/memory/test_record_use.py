@@ -377,3 +377,26 @@ def test_record_use_on_a_pointer_that_is_not_allocated_raises(sim0):
     caching_allocator_delete(ptr)
     with pytest.raises(ValueError, match="record_use"):
         vram.memory.record_use(ptr, vram.Stream())
+
+
+def test_blocks_dropped_together_pass_a_use_on_to_the_next_owner_of_either(sim0, waits):
+    """Two tensors dropped together, the second used on a side stream (record_use): the
+    first one's free merges with the second's, so the next owner of the first one's bytes
+    waits on that use, as in PyTorch. (A take-back of a block whose free merges with
+    others', Note [Taking a dropped block back], must keep this wait.)"""
+    producer, side = vram.current_stream(), vram.Stream()
+    seen: list[bytes] = []
+    with vram.sim.deferred():
+        vram.empty(N // 4)  # (dropped at once: the segment is made, a and b are best fit's)
+        a = vram.empty(N // 4)
+        b = vram.empty(N // 4)  # (right after a, in the same segment)
+        pa, pb = a.data_ptr(), b.data_ptr()
+        fill(pb, 1, N, producer)
+        consume(pb, N, producer, side, seen)
+        b.record_use(side)
+        del b, a  # b is dropped first, a last: a's free merges with b's
+        before = len(waits)
+        again = vram.empty(N // 4)
+        assert again.data_ptr() == pa
+        assert [stream for stream, _ in waits[before:]] == [producer.cuda_stream]
+    assert seen == [b"\x01" * N]
