@@ -355,30 +355,26 @@ class DeviceStats:
             if whole:  # the free takes the rest out of inactive_split, the alloc puts it back
                 usage.split_blocks_up += 1
                 usage.split_up_extra += rest
-            else:  # the merged block stays split: the free adds its bytes, the alloc takes
-                # them (``_split_moved`` by +size, then by -size: the sum of increases keeps
-                # the rise; only the rise, at its top, can pass a peak)
-                usage.split_up_extra += size
-                if usage.free_bytes - usage.alloc_bytes > usage.split_mark - size:
-                    usage.split_offset += size
-                    usage.split_mark -= size
-                    self._split_catch_up(usage)
-                    usage.split_offset -= size
-                    usage.split_mark += size
-        elif not whole:  # alone in a split segment: the free adds it to inactive_split, the
-            usage.split_blocks_up += 1  # alloc takes it out; the rise counts, and its top
-            usage.split_up_extra += size
-            if (
-                usage.split_blocks >= usage.split_blocks_limit
-                or usage.free_bytes - usage.alloc_bytes > usage.split_mark - size
-            ):  # the top passes a room: catch up there
-                usage.split_blocks += 1
-                usage.split_offset += size
-                usage.split_mark -= size
-                self._split_catch_up(usage)
-                usage.split_blocks -= 1
-                usage.split_offset -= size
-                usage.split_mark += size
+                return
+            rise = 0  # the merged block stays split: its bytes rise, then fall
+        elif whole:
+            return  # a whole segment alone: no split allocation, nothing moves
+        else:
+            rise = 1  # alone in a split segment: it joins inactive_split, then leaves
+            usage.split_blocks_up += 1
+        # the sums of increases keep the free's rise; only the rise, at its top, can pass a
+        # peak: catch up there
+        usage.split_up_extra += size
+        if (
+            rise and usage.split_blocks >= usage.split_blocks_limit
+        ) or usage.free_bytes - usage.alloc_bytes > usage.split_mark - size:
+            usage.split_blocks += rise
+            usage.split_offset += size
+            usage.split_mark -= size
+            self._split_catch_up(usage)
+            usage.split_blocks -= rise
+            usage.split_offset -= size
+            usage.split_mark += size
 
     def free_requested(self, small: bool, size: int, requested: int) -> None:
         """The user freed a block that still waits for record_stream events (pending):
