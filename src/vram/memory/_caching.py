@@ -66,14 +66,14 @@ OutOfMemoryError and says why it happened (``register_oom_report``).
 
 Note [The cached path]
 A request served from the cache costs a handful of frames: ``malloc`` (rounding, the pool,
-the split decision, the bookkeeping of the hand-out), ``Pool.best_fit`` and ``Pool.take``
-(the index, with the pool's invariants asserted there; both say how inactive_split changed)
-and ``DeviceStats.alloc``; a free, ``_free`` and ``Pool.give`` and ``DeviceStats.free``.
-``_find_free_block`` decides what best fit's answer is worth (the find hook, GC's count,
-expandable segments, the oversize rules); malloc asks best fit itself only where none of
-them can change the answer (``_plain_fit``: no hook, no GC, no max_split_size, and no
-expandable segment made yet, since one outlives the setting), so the search is decided
-there. Everything else
+the split rule, the bookkeeping of the hand-out), ``Pool.take`` (best fit's search, the
+removal and the split, with the pool's invariants asserted there; it says how
+inactive_split changed) and ``DeviceStats.alloc``; a free, ``_free`` and ``Pool.give`` and
+``DeviceStats.free``. ``_find_free_block`` decides what best fit's answer is worth (the
+find hook, GC's count, expandable segments, the oversize rules); malloc lets ``take``
+search itself only where none of them can change the answer (``_plain_fit``: no hook, no
+GC, no max_split_size, and no expandable segment made yet, since one outlives the
+setting), so the search is decided there. Everything else
 (routes, expandable segments, record_use events, history, the uncached allocator, growing)
 branches off from there and comes back, so no configuration has a path of its own that
 could decide differently.
@@ -91,16 +91,16 @@ Note [Hooks]
   ``_find_free_block``, which every search of the cache goes through.
 - ``set_drop_hook(hook)``: ``hook(ptr)`` when a finalizer drops ``ptr`` (no lock may be
   taken; the sanitizer notes the stack); at ``free_later``.
+- Free-memory callbacks and OOM observers (PyTorch's), private pools and graph capture
+  (``add_private_pool``, ``begin_allocate_to_pool``, ``end_allocate_to_pool``,
+  ``release_pool``: PyTorch's names; the capture's half of the lifetime policy comes in
+  as an argument), and ``register_oom_report`` (module-wide: the OOM message and report).
 
 Note [free_later without a frame]
 Every tensor's storage hands its pointer to ``free_later`` when it is dropped. Without a
 drop hook that is all the method does, so an allocator's ``free_later`` is then its
 deque's own ``append`` (a C call, no Python frame), an attribute of the instance set in
 ``__init__`` and by ``set_drop_hook``, the one place that changes whether a hook runs.
-- Free-memory callbacks and OOM observers (PyTorch's), private pools and graph capture
-  (``add_private_pool``, ``begin_allocate_to_pool``, ``end_allocate_to_pool``,
-  ``release_pool``: PyTorch's names; the capture's half of the lifetime policy comes in
-  as an argument), and ``register_oom_report`` (module-wide: the OOM message and report).
 """
 
 from __future__ import annotations

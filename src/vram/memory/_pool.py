@@ -13,8 +13,9 @@ each with its invariant checked where it is declared:
 
 - ``insert(block)``: a FREE block enters the index;
 - ``remove(block)``: it leaves the index (``best_fit`` finds, the caller removes);
-- ``take(block, size)``: it leaves the index to be handed out, split when ``size`` is less
-  than its size (the allocator's cached path), and ``give(block)``: a block whose uses are
+- ``take(block, size, min_rest)``: it (or, given None, best fit's answer) leaves the index
+  to be handed out, split when that leaves at least ``min_rest`` bytes (the allocator's
+  cached path), and ``give(block)``: a block whose uses are
   over merges with its FREE neighbours and enters the index (``merge``, then ``insert``);
 - ``split(block, size, state)``: a block outside the index keeps its first ``size`` bytes;
   the rest becomes a new block, in ``state``, in that state's index;
@@ -129,7 +130,7 @@ class Block:
         "use_events",  # record_use events the next owner's stream waits on; None if none
         "gc_age",  # the pool's get_free_blocks count when it became FREE (GC's age)
         "context",  # frames of the alloc, when history is on
-        "mark",  # its stream index's version right after take split it off, else -1
+        "mark",  # its stream index's version right after take handed it out, else -1
     )
 
     def __init__(self, ptr: int, size: int, segment: Segment, state: int) -> None:
