@@ -152,18 +152,16 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # 
     found = _plans.mm.get(key)  # type: ignore[arg-type]
     if found is not None:
         plan, shape, stride, nbytes, sig = found
-        if out is None:  # (the stream asked for once, for the result and the product)
-            device = sa.device
-            stream = current_handle(device) if device.type != "cpu" else 0
+        device = sa.device  # (the stream asked for once, for the result and the product)
+        stream = current_handle(device) if device.type != "cpu" else 0  # (stream_handle's)
+        if out is None:
             out = new_tensor(shape, stride, dt, device, nbytes, stream)
             out._sig = sig
             po = out._storage.ptr
             if po & _ALIGN_MASK:  # less aligned than the plan may assume
                 gemm(out, input, mat2, None, 0.0, 1.0, 0)
                 return out
-            plan.product(out, input, mat2, pa, pb, po, stream)
-            return out
-        plan.product(out, input, mat2, pa, pb, po)
+        plan.product(out, input, mat2, pa, pb, po, stream)
         return out
     return _checked_mm(input, mat2, out, key)
 

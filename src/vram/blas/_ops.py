@@ -44,13 +44,13 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import bfloat16, dtype, float16, float32, float64
-from .._streams import current_handle, current_stream
+from .._streams import current_stream
 from .._tensor import Tensor
 from ..backends import cuda as _backends
 from ..driver._work import Launch, LibraryCall, Query, View
 from ..memory import current_workspace
 from ..ops._math import UNARY, copy_, fill_, mul
-from ..ops._plans import ask, launcher
+from ..ops._plans import ask, launcher, stream_handle
 from ..ops._pointwise import run as pointwise
 from . import _cuda, _tunable
 from ._cuda import BETA, NO_BETA, ROW
@@ -376,7 +376,7 @@ class _DirectPlan:
             pbias = bias._storage.ptr + bias._offset * bias.dtype.itemsize  # (data_ptr's)
         device, space = self.device, self.workspace
         if handle is None:
-            handle = current_handle(device) if device.type != "cpu" else 0  # (stream_handle's)
+            handle = stream_handle(device)
         workspace = current_workspace(space[0], space[1], device, handle) if space else 0
         self.run_gemm(handle, po, pa, pb, pbias, alpha, beta, workspace)
         if self.activation:
@@ -395,7 +395,7 @@ class _DirectPlan:
         """``out = a @ b`` (mm's form of ``run``: alpha 1, no bias, no activation)."""
         device, space = self.device, self.workspace
         if handle is None:
-            handle = current_handle(device) if device.type != "cpu" else 0
+            handle = stream_handle(device)
         workspace = current_workspace(space[0], space[1], device, handle) if space else 0
         self.run_gemm(handle, po, pa, pb, po, 1.0, 0.0, workspace)
 
