@@ -38,13 +38,13 @@ step eager python3 bench/eager.py --rounds 9 --calls 1000 --out "$RESULTS"
 step eager_device python3 bench/eager_device.py --out "$RESULTS"
 traces=/tmp/vram-traces
 mkdir -p "$traces" && cp tests/data/traces/*.pickle.xz "$traces"/
-step trace_ops python3 bench/trace_ops.py --traces "$traces" --repeats 5 \
+step trace_ops python3 bench/trace_ops.py --traces "$traces" --repeats 9 \
     --dump-sequences /tmp/sequences.json --out "$RESULTS"
 step alloc python3 bench/alloc.py --repeats 5 --pairs "${ALLOC_PAIRS:-10000}" --out "$RESULTS"
 if [ -n "${BEFORE:-}" ]; then
     # the traces: this tree and BEFORE's in one process, their rounds interleaved (one table)
     step trace_ops-after python3 bench/trace_ops.py --label after --also-src "$BEFORE" \
-        --also-label before --only-vram --repeats 7 --sequences /tmp/sequences.json \
+        --also-label before --only-vram --repeats 9 --sequences /tmp/sequences.json \
         --out "$RESULTS"
     for side in after before; do
         src=$PWD/src

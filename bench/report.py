@@ -99,6 +99,9 @@ GRIDS = {
     "scaling": ("free_blocks", "impl", "us_per_op"),
 }
 
+# ratios shown as grids of their own below a grid's values, where its rows have them
+RATIO_GRIDS = ("ratio_to_pytorch", "paired_ratio_to_pytorch")
+
 
 def _grid(rows: list[dict], row_key: str, column_key: str, value: str) -> str:
     """One line per ``row_key`` value, one column per ``column_key`` value."""
@@ -113,7 +116,12 @@ def _grid(rows: list[dict], row_key: str, column_key: str, value: str) -> str:
 def render_rows(rows: list[dict], name: str = "") -> str:
     grid = GRIDS.get(name.split("-")[0])
     if grid and rows and all(set(grid) <= r.keys() for r in rows):
-        return _grid(rows, *grid)
+        table = _grid(rows, *grid)
+        for ratio in RATIO_GRIDS:  # and each peer's ratios, where the rows have them
+            rated = [r for r in rows if ratio in r]
+            if rated:
+                table += "\n\n" + _grid(rated, grid[0], grid[1], ratio)
+        return table
     pairs = [r for r in rows if {"impl", "size", "us_per_pair"} <= r.keys()]
     if pairs:
         table = _pivot(pairs, "us_per_pair")

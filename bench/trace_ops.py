@@ -14,8 +14,12 @@ its raw API, in one process:
   what the interpreter alone costs per request.
 
 The sequence runs once to warm each peer's cache, then ``--repeats`` interleaved rounds time
-every peer on every trace in turn (a shared machine's slow moments fall on all alike); a row
-is the median µs per request over the rounds, with its ratio to PyTorch and to CuPy.
+every peer on every trace in turn (a shared machine's slow moments fall on all alike). In a
+round a peer runs the sequence as many whole times as take at least ``--min-ms`` (the same
+count for every peer: the smallest trace is a few milliseconds, short enough for one
+interruption to move it). A row is the median µs per request over the rounds, with its
+ratio to PyTorch and to CuPy (the ratio of the medians), and the median of the rounds' own
+ratios (``paired_ratio_to_*``: each round's peers ran back to back on the same machine).
 
 ``--vram-src DIR`` runs vram from another source tree (an older commit: the "before" rows)
 and ``--label`` names it; ``--also-src DIR`` (named by ``--also-label``, "before") loads a
@@ -30,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
+import operator
 import statistics
 import sys
 import time
@@ -154,14 +160,15 @@ def _floor(device: vram.Device) -> Runner:
     return replayer(lambda size: pool.malloc(size), pool.free)
 
 
-def time_per_request(run: Runner, ops: list[Request]) -> float:
-    """µs per request of one run of ``ops``, with the garbage collector off."""
+def time_per_request(run: Runner, ops: list[Request], times: int = 1) -> float:
+    """µs per request of ``times`` runs of ``ops``, with the garbage collector off."""
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         start = time.perf_counter_ns()
-        run(ops)
-        return (time.perf_counter_ns() - start) / len(ops) / 1e3
+        for _ in range(times):
+            run(ops)
+        return (time.perf_counter_ns() - start) / (len(ops) * times) / 1e3
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -172,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="cuda:N or sim:N (default: the default)")
     parser.add_argument("--traces", default=str(TRACES), help="folder of trace files")
     parser.add_argument("--repeats", type=int, default=7, help="timed rounds")
+    parser.add_argument(
+        "--min-ms", type=float, default=20.0, help="least time of one peer's timing in a round"
+    )
     parser.add_argument("--vram-src", default=None, help="run vram from this source folder")
     parser.add_argument("--label", default="vram", help="the name of vram's rows")
     parser.add_argument("--only-vram", action="store_true", help="time vram alone")
@@ -209,11 +219,23 @@ def main(argv: list[str] | None = None) -> int:
     for run in runners.values():
         for ops in traces.values():
             run(ops)  # warm: every later round is served from the cache
+    # whole runs per timing: enough for the slowest peer's run to last --min-ms
+    loops = {
+        trace: max(
+            1,
+            math.ceil(
+                options.min_ms
+                * 1e3
+                / max(time_per_request(r, ops) * len(ops) for r in runners.values())
+            ),
+        )
+        for trace, ops in traces.items()
+    }
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(options.repeats):
         for trace, ops in traces.items():
             for name, run in runners.items():
-                times.setdefault((trace, name), []).append(time_per_request(run, ops))
+                times.setdefault((trace, name), []).append(time_per_request(run, ops, loops[trace]))
     columns = ("pytorch", "cupy", *((options.also_label,) if options.also_src else ()))  # ratios
     rows = []
     for trace, ops in traces.items():
@@ -225,10 +247,13 @@ def main(argv: list[str] | None = None) -> int:
                 "requests": len(ops),
                 "us_per_op": round(us, 3),
                 "runs_us": [round(t, 3) for t in times[trace, name]],
+                "runs_per_timing": loops[trace],
             }
             for peer in columns:
                 if peer in medians and name != peer:
                     row[f"ratio_to_{peer}"] = round(us / medians[peer], 3)
+                    paired = map(operator.truediv, times[trace, name], times[trace, peer])
+                    row[f"paired_ratio_to_{peer}"] = round(statistics.median(paired), 3)
             rows.append(row)
     name = "trace_ops" if options.label == "vram" else f"trace_ops-{options.label}"
     written = write_results(name, device, rows, options.out, options.save)

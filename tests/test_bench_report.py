@@ -170,6 +170,18 @@ def test_grid_benchmarks_render_one_line_per_row_key(report):
     ]
 
 
+def test_a_grids_ratios_follow_it_as_grids_of_their_own(report):
+    rows = [
+        {"trace": "gpt", "impl": "vram", "us_per_op": 5.0, "ratio_to_pytorch": 1.25,
+         "paired_ratio_to_pytorch": 1.2},
+        {"trace": "gpt", "impl": "pytorch", "us_per_op": 4.0},
+    ]  # fmt: skip
+    assert report.render_rows(rows, "trace_ops").split("\n\n")[1:] == [
+        "| trace (ratio to pytorch) | vram |\n| --- | ---: |\n| gpt | 1.25 |",
+        "| trace (paired ratio to pytorch) | vram |\n| --- | ---: |\n| gpt | 1.2 |",
+    ]
+
+
 def test_alloc_pairs_pivot_and_other_rows_follow_flat(report):
     rows = [
         {"impl": "vram", "size": 512, "size_label": "512 B", "us_per_pair": 2.0},
