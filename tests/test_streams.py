@@ -233,6 +233,29 @@ def test_current_stream_is_per_thread():
     assert vram.current_stream() == s
 
 
+def test_current_place_is_current_streams_device_and_handle_wherever_they_are_set():
+    def place() -> tuple[vram.Device, int]:
+        s = vram.current_stream()
+        return s.device, s.cuda_stream
+
+    seen = [_streams.current_place() == place()]
+    s0, s1 = vram.Stream("sim:0"), vram.Stream("sim:1")
+    vram.set_device("sim:1")  # its default stream
+    seen.append(_streams.current_place() == (SIM1, vram.default_stream(SIM1).cuda_stream))
+    vram.set_stream(s0)
+    seen.append(_streams.current_place() == (SIM0, s0.cuda_stream))
+    with vram.stream(s1):
+        seen.append(_streams.current_place() == (SIM1, s1.cuda_stream))
+    seen.append(_streams.current_place() == (SIM0, s0.cuda_stream))
+    other = {}
+    thread = threading.Thread(target=lambda: other.update(place=_streams.current_place()))
+    thread.start()
+    thread.join()  # a new thread: no device set, so the default device and its default stream
+    default = vram.default_device()
+    assert other["place"] == (default, vram.default_stream(default).cuda_stream)
+    assert seen == [True] * 5
+
+
 # ---- events ---------------------------------------------------------------------------
 
 

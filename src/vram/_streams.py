@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ._device import Device, as_device, current_device_obj, set_device
+from ._device import _state as _device_state  # (read by current_place, without a frame)
 
 __all__ = [
     "Stream",
@@ -304,6 +305,17 @@ def current_stream(device: object = None) -> Stream:
     found = current_device_obj() if device is None else as_device(device)
     s = _local.current.get(found) or _defaults.get(found)
     return s if s is not None else default_stream(found)
+
+
+def current_place() -> tuple[Device, int]:
+    """This thread's current device and the driver handle of its current stream there: where a
+    call given neither a device nor a stream runs (``current_stream()``'s device and handle, in
+    one frame: the raw allocator API asks on every request)."""
+    found = _device_state.current
+    if found is None:
+        found = current_device_obj()
+    s = _local.current.get(found) or _defaults.get(found)
+    return found, (s if s is not None else default_stream(found)).cuda_stream
 
 
 def current_handle(device: Device) -> int:

@@ -6,7 +6,7 @@ import warnings
 from collections.abc import Callable
 
 from .._device import Device, as_device, current_device_obj
-from .._streams import Stream, current_stream
+from .._streams import Stream, current_place, current_stream
 from .._units import summary_size
 from ._caching import DeviceCachingAllocator
 from ._config import apply_settings, default_config, set_default_config
@@ -86,8 +86,7 @@ def caching_allocator_alloc(size: int, device: object = None, stream: object = N
         if size < 0:
             raise ValueError(f"size must be non-negative, got {size}")
     if device is None and stream is None:  # the common call: current device and stream
-        current = current_stream()
-        found, handle = current.device, current.cuda_stream
+        found, handle = current_place()
     else:
         found = _device(device)
         handle = _stream_handle(stream, found)
