@@ -168,6 +168,9 @@ def decoder_rows(device: Any, rounds: int) -> list[dict]:
                 row[f"{name}_host_us"] = round(statistics.median(t[0] for t in found), 1)
                 row[f"{name}_device_us"] = round(statistics.median(t[1] for t in found), 1)
             row["host_vs_torch"] = round(row["vram_host_us"] / row["torch_host_us"], 3)
+            rounds_host = zip(times["vram"], times["torch"], strict=True)  # (round by round)
+            paired = statistics.median(mine[0] / other[0] for mine, other in rounds_host)
+            row["paired_host_vs_torch"] = round(paired, 3)
             row["device_vs_torch"] = round(row["vram_device_us"] / row["torch_device_us"], 3)
             row["max_abs_diff"] = round(error, 5)
             row["within_bf16_tolerance"] = close

@@ -2,9 +2,11 @@
 
 Each row is one small call (1,024 floats unless said) repeated ``--calls`` times with a
 synchronize at the end of the batch; a round times every library once, in turn, and the
-row's number is the median over ``--rounds`` rounds (µs per call). The device work of a
-small op is far shorter than its host cost, so this measures what a Python program pays per
-op. Ratios are within one run (this host's speed moves between runs).
+row's number is the median over ``--rounds`` rounds (µs per call). ``paired_vs_torch`` is
+the median of the rounds' own vram / PyTorch ratios (each round's two ran back to back).
+The device work of a small op is far shorter than its host cost, so this measures what a
+Python program pays per op. Ratios are within one run (this host's speed moves between
+runs).
 
     python bench/eager.py                   # cuda:0; sim:0 measures vram's Python alone
     python bench/eager.py --rows add,exp    # some rows only
@@ -14,6 +16,7 @@ op. Ratios are within one run (this host's speed moves between runs).
 from __future__ import annotations
 
 import argparse
+import operator
 import statistics
 import sys
 import time
@@ -202,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         ratio = None
         if row.get("torch_us"):
             ratio = round(row["vram_us"] / row["torch_us"], 3)
+            paired = map(operator.truediv, times[name, "vram"], times[name, "torch"])
+            row["paired_vs_torch"] = round(statistics.median(paired), 3)
         row["vram_vs_torch"] = ratio
         rows.append(row)
         cells = "".join(

@@ -34,7 +34,7 @@ step() {  # step NAME COMMAND...: run with the step's limit, log to $OUT/NAME.tx
     tar -C /tmp -cf "$OUT/results.tar" vram-results
 }
 
-step eager python3 bench/eager.py --rounds 9 --calls 1000 --out "$RESULTS"
+step eager python3 bench/eager.py --rounds 15 --calls 1000 --out "$RESULTS"
 step eager_device python3 bench/eager_device.py --out "$RESULTS"
 traces=/tmp/vram-traces
 mkdir -p "$traces" && cp tests/data/traces/*.pickle.xz "$traces"/
