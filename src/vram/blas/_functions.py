@@ -30,7 +30,7 @@ import math
 import threading
 from typing import Any
 
-from .._streams import current_handle
+from .._streams import this_thread
 from .._tensor import Tensor, broadcast_shapes, contiguous_strides, dispatch
 from ..backends import cuda as _backends
 from ..ops._plans import new_tensor
@@ -153,7 +153,7 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # 
     if found is not None:
         plan, shape, stride, nbytes, sig = found
         device = sa.device  # (the stream asked for once, for the result and the product)
-        stream = current_handle(device) if device.type != "cpu" else 0  # (stream_handle's)
+        stream = this_thread.handles[device]
         if out is None:
             out = new_tensor(shape, stride, dt, device, nbytes, stream)
             out._sig = sig
@@ -243,7 +243,7 @@ def addmm(
         if found is not None:
             plan, shape, stride, nbytes, sig, checked_beta, checked_alpha = found
             device = input._storage.device  # (the stream asked for once: result, product)
-            stream = current_handle(device) if device.type != "cpu" else 0
+            stream = this_thread.handles[device]
             result = new_tensor(shape, stride, input.dtype, device, nbytes, stream)
             po = result._storage.ptr
             if not po & _ALIGN_MASK:  # (else less aligned than the plan may assume: checked)
@@ -278,7 +278,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         if found is not None:
             plan, shape, stride, nbytes, sig, beta, alpha = found
             device = bias._storage.device  # (the stream asked for once: result, product)
-            stream = current_handle(device) if device.type != "cpu" else 0
+            stream = this_thread.handles[device]
             out = new_tensor(shape, stride, bias.dtype, device, nbytes, stream)
             po = out._storage.ptr
             if not po & _ALIGN_MASK:  # (else less aligned than the plan may assume: checked)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import bfloat16, bool_, dtype, float16, float32
-from .._streams import current_handle
+from .._streams import this_thread
 from .._tensor import Tensor
 from ..driver._work import Arg, Kernel, Launch, View
 from ._kernels import KERNEL_DIR, c_type
@@ -256,7 +256,7 @@ class AttentionPlan:
         """The output of one call: ``pq``, ``pk``, ``pv`` the operands' data pointers (16-byte
         aligned: the caller checks), ``pm`` the mask's (0 for none)."""
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
+        stream = this_thread.handles[device]
         out = new_tensor(self.shape, self.stride, self.dtype, device, self.nbytes, stream)
         self.run(stream, pq, pk, pv, out._storage.ptr, pm, scale)
         return out

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import bfloat16, dtype, float16, float32
-from .._streams import current_handle
+from .._streams import this_thread
 from .._tensor import Tensor, contiguous_strides
 from ..driver._work import Arg, Kernel, Launch, Launcher, View
 from ._kernels import KERNEL_DIR, c_type
@@ -161,7 +161,7 @@ class LayerNormPlan:
 
     def __call__(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
+        stream = this_thread.handles[device]
         result = new_tensor(self.shape, self.stride, self.dtype, device, self.nbytes, stream)
         if self.out_sig:
             result._sig = self.out_sig

@@ -42,7 +42,7 @@ from .._dtypes import (
     int64,
     uint8,
 )
-from .._streams import current_handle
+from .._streams import this_thread
 from .._tensor import Tensor
 from ..driver._work import Arg, Kernel, Launch, View
 from . import _kernels
@@ -319,7 +319,7 @@ class PointwisePlan:
         """Run the op: ``tensors`` its tensor operands, ``numbers`` the numbers that stand for
         operands, then the op's fields (in order); into ``out`` or a new tensor."""
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
+        stream = this_thread.handles[device]
         final = out
         if out is None or self.writes_temp:
             out = new_tensor(
@@ -370,7 +370,7 @@ class PointwisePlan:
     def unary(self, a: Tensor, fields: tuple) -> Tensor:
         """``op(a, *fields)`` into a new tensor (the plan of one tensor operand)."""
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
+        stream = this_thread.handles[device]
         out = self._output(stream)
         if self.numel:
             po = out._storage.ptr
@@ -388,7 +388,7 @@ class PointwisePlan:
         (``_output`` and the repeated fields' ``_convert`` inline: the operators' commonest
         call, one frame above the allocator's.)"""
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
+        stream = this_thread.handles[device]
         out = new_tensor(self.shape, self.out_stride, self.out_dtype, device, self.nbytes, stream)
         if self.out_sig:
             out._sig = self.out_sig
@@ -410,7 +410,7 @@ class PointwisePlan:
     def ternary(self, a: Tensor, b: Tensor, c: Tensor, fields: tuple) -> Tensor:
         """``op(a, b, c, *fields)`` into a new tensor (the plan of three tensor operands)."""
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
+        stream = this_thread.handles[device]
         out = self._output(stream)
         if self.numel:
             items = self.items
@@ -431,7 +431,7 @@ class PointwisePlan:
             if b._storage is a._storage:
                 check_overlap(a, (b,))
             device = self.device
-            stream = current_handle(device) if device.type != "cpu" else 0
+            stream = this_thread.handles[device]
             items = self.items
             pa = a._storage.ptr + a._offset * items[0]
             pb = b._storage.ptr + b._offset * items[1]
@@ -446,7 +446,7 @@ class PointwisePlan:
         """``a = op(a, *numbers)`` (a plan made with ``a`` as its output)."""
         if self.numel:
             device = self.device
-            stream = current_handle(device) if device.type != "cpu" else 0
+            stream = this_thread.handles[device]
             convert = self.converts
             values = tuple(convert(v) for v in numbers)
             if self.flatten:
@@ -462,7 +462,7 @@ class PointwisePlan:
     def scalar(self, a: Tensor, numbers: tuple) -> Tensor:
         """``op`` of one tensor with numbers standing for the other operands (a + 2)."""
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
+        stream = this_thread.handles[device]
         out = self._output(stream)
         if self.numel:
             convert = self.converts
