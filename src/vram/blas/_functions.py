@@ -33,7 +33,7 @@ from typing import Any
 from .._streams import this_thread
 from .._tensor import Tensor, broadcast_shapes, contiguous_strides, dispatch
 from ..backends import cuda as _backends
-from ..ops._plans import new_tensor
+from ..ops._plans import new_tensor, stream_handle
 from ..ops._pointwise import signature_id
 from . import _checks, _tunable
 from ._ops import GEMM_DTYPES, gemm, plan_for, product_plan
@@ -134,7 +134,6 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # 
         ia = input._sig or signature_id(input)
         ib = mat2._sig or signature_id(mat2)
         if out is None:
-            po = 0
             key: tuple | None = (
                 ia, ib, (pa | pb) & _ALIGN_MASK, _backends.generation, _tunable.state.generation
             )  # fmt: skip
@@ -194,7 +193,7 @@ def _checked_mm(input: Any, mat2: Any, out: Any, key: tuple | None) -> Tensor:  
             plan = product_plan(target, input, mat2, pa | pb | po)
             nbytes = math.prod(shape) * target.dtype.itemsize
             _remember(_plans.mm, key, (plan, shape, target._stride, nbytes, signature_id(target)))
-            plan.product(target, input, mat2, pa, pb, po)
+            plan.product(target, input, mat2, pa, pb, po, stream_handle(target.device))
     return _finish(target, final)
 
 
@@ -248,7 +247,7 @@ def addmm(
             po = result._storage.ptr
             if not po & _ALIGN_MASK:  # (else less aligned than the plan may assume: checked)
                 result._sig = sig
-                plan.run(result, mat1, mat2, input, checked_beta, checked_alpha, pa, pb, po,
+                plan.run(result, mat1, mat2, input, checked_beta, checked_alpha, pa, pb, pc, po,
                          stream)  # fmt: skip
                 return result
     names = ("input", "mat1", "mat2")
@@ -283,7 +282,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             po = out._storage.ptr
             if not po & _ALIGN_MASK:  # (else less aligned than the plan may assume: checked)
                 out._sig = sig
-                plan.run(out, None, None, bias, beta, alpha, pa, pb, po, stream)
+                plan.run(out, None, None, bias, beta, alpha, pa, pb, pc, po, stream)
                 return out
     x = _checks.tensor_arg("linear", "input", input)
     w = _checks.tensor_arg("linear", "weight", weight)
@@ -366,7 +365,8 @@ def _add_product(
         sig = signature_id(target if linear_shape is None else target.view(final_shape))
         plans = _plans.add if linear_shape is None else _plans.linear
         _remember(plans, key, (plan, final_shape, stride, nbytes, sig, beta, alpha))
-    plan.run(target, a, b, bias, beta, alpha, pa, pb, po)
+    pc = bias.data_ptr()
+    plan.run(target, a, b, bias, beta, alpha, pa, pb, pc, po, stream_handle(target.device))
     return target
 
 
