@@ -127,35 +127,33 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # 
     """``input`` [M, K] @ ``mat2`` [K, N] -> [M, N] (torch.mm), into ``out`` if given."""
     try:  # the key of Note [mm's plans]; anything but tensors takes the checks below
         dt = input.dtype
-        sa, sb = input._storage, mat2._storage
         size = dt.itemsize
-        pa = sa.ptr + input._offset * size
-        pb = sb.ptr + mat2._offset * size
-        ia = input._sig or signature_id(input)
-        ib = mat2._sig or signature_id(mat2)
+        pa = input._storage.ptr + input._offset * size
+        pb = mat2._storage.ptr + mat2._offset * size
         if out is None:
             key: tuple | None = (
-                ia, ib, (pa | pb) & _ALIGN_MASK, _backends.generation, _tunable.state.generation
+                input._sig or signature_id(input), mat2._sig or signature_id(mat2),
+                (pa | pb) & _ALIGN_MASK, _backends.generation, _tunable.state.generation,
             )  # fmt: skip
         else:
             so = out._storage
             po = so.ptr + out._offset * size
             key = (
-                ia, ib, (pa | pb | po) & _ALIGN_MASK, _backends.generation,
+                input._sig or signature_id(input), mat2._sig or signature_id(mat2),
+                (pa | pb | po) & _ALIGN_MASK, _backends.generation,
                 _tunable.state.generation, out._sig or signature_id(out),
             )  # fmt: skip
-            if so is sa or so is sb:  # out shares an operand's storage: always checked
+            if so is input._storage or so is mat2._storage:  # shares an operand's: checked
                 key = None
     except AttributeError:
         key = None
     found = _plans.mm.get(key)  # type: ignore[arg-type]
     if found is not None:
         plan, shape, stride, nbytes, sig = found
-        device = sa.device  # (the stream asked for once, for the result and the product)
+        device = input._storage.device  # (the stream asked once: the result, the product)
         stream = this_thread.handles[device]
         if out is None:
-            out = new_tensor(shape, stride, dt, device, nbytes, stream)
-            out._sig = sig
+            out = new_tensor(shape, stride, dt, device, nbytes, stream, sig)
             po = out._storage.ptr
             if po & _ALIGN_MASK:  # less aligned than the plan may assume
                 gemm(out, input, mat2, None, 0.0, 1.0, 0)
@@ -243,10 +241,9 @@ def addmm(
             plan, shape, stride, nbytes, sig, checked_beta, checked_alpha = found
             device = input._storage.device  # (the stream asked for once: result, product)
             stream = this_thread.handles[device]
-            result = new_tensor(shape, stride, input.dtype, device, nbytes, stream)
+            result = new_tensor(shape, stride, input.dtype, device, nbytes, stream, sig)
             po = result._storage.ptr
             if not po & _ALIGN_MASK:  # (else less aligned than the plan may assume: checked)
-                result._sig = sig
                 plan.run(result, mat1, mat2, input, checked_beta, checked_alpha, pa, pb, pc, po,
                          stream)  # fmt: skip
                 return result
@@ -278,10 +275,9 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             plan, shape, stride, nbytes, sig, beta, alpha = found
             device = bias._storage.device  # (the stream asked for once: result, product)
             stream = this_thread.handles[device]
-            out = new_tensor(shape, stride, bias.dtype, device, nbytes, stream)
+            out = new_tensor(shape, stride, bias.dtype, device, nbytes, stream, sig)
             po = out._storage.ptr
             if not po & _ALIGN_MASK:  # (else less aligned than the plan may assume: checked)
-                out._sig = sig
                 plan.run(out, None, None, bias, beta, alpha, pa, pb, pc, po, stream)
                 return out
     x = _checks.tensor_arg("linear", "input", input)

@@ -15,7 +15,6 @@ input's dtype: copy). Arithmetic runs in the opmath type (float32 for float16 an
 
 from __future__ import annotations
 
-import itertools
 import math
 import numbers
 import warnings
@@ -43,7 +42,7 @@ from .._dtypes import (
     uint8,
 )
 from .._streams import this_thread
-from .._tensor import Tensor
+from .._tensor import Tensor, layout_id, signature_id
 from ..driver._work import Arg, Kernel, Launch, View
 from . import _kernels
 from ._iterator import (
@@ -261,7 +260,7 @@ class PointwisePlan:
         self.items = tuple(t.dtype.itemsize for t in tensors)
         self.positions = form
         self.checks = out is not None and not self.writes_temp and bool(tensors)
-        self.out_sig = 0  # the signature id of the outputs it makes (known after the first)
+        self.out_sig = layout_id(result, shape, self.out_stride, device)  # of the outputs it makes
         self.fields: Any = None  # the last fields converted, by identity (operators reuse one)
         self.values: tuple = ()
         # the functor and its fields
@@ -323,7 +322,13 @@ class PointwisePlan:
         final = out
         if out is None or self.writes_temp:
             out = new_tensor(
-                self.shape, self.out_stride, self.out_dtype, device, self.nbytes, stream
+                self.shape,
+                self.out_stride,
+                self.out_dtype,
+                device,
+                self.nbytes,
+                stream,
+                self.out_sig,
             )
         elif self.checks:
             check_overlap(out, tensors)
@@ -358,14 +363,15 @@ class PointwisePlan:
         return values
 
     def _output(self, stream: int) -> Tensor:
-        out = new_tensor(
-            self.shape, self.out_stride, self.out_dtype, self.device, self.nbytes, stream
+        return new_tensor(
+            self.shape,
+            self.out_stride,
+            self.out_dtype,
+            self.device,
+            self.nbytes,
+            stream,
+            self.out_sig,
         )
-        if self.out_sig:
-            out._sig = self.out_sig
-        else:
-            self.out_sig = signature_id(out)
-        return out
 
     def unary(self, a: Tensor, fields: tuple) -> Tensor:
         """``op(a, *fields)`` into a new tensor (the plan of one tensor operand)."""
@@ -389,11 +395,9 @@ class PointwisePlan:
         call, one frame above the allocator's.)"""
         device = self.device
         stream = this_thread.handles[device]
-        out = new_tensor(self.shape, self.out_stride, self.out_dtype, device, self.nbytes, stream)
-        if self.out_sig:
-            out._sig = self.out_sig
-        else:
-            self.out_sig = signature_id(out)
+        out = new_tensor(
+            self.shape, self.out_stride, self.out_dtype, device, self.nbytes, stream, self.out_sig
+        )
         if self.numel:
             items = self.items
             po = out._storage.ptr
@@ -477,25 +481,6 @@ class PointwisePlan:
             else:
                 self.run(stream, *values, po, pa)
         return out
-
-
-_signatures: dict[tuple, int] = {}
-_next_id = itertools.count(1)
-_MAX_SIGNATURES = 1 << 16
-
-
-def signature_id(t: Tensor) -> int:
-    """A small int naming ``t``'s (dtype, shape, strides, device), kept on the tensor: plans
-    are looked up by these ids. Ids are never reused, so forgetting the table (when it grows
-    past its bound) costs only lookups, never a wrong plan."""
-    key = (t.dtype, t._shape, t._stride, t._storage.device)
-    found = _signatures.get(key)
-    if found is None:
-        if len(_signatures) >= _MAX_SIGNATURES:
-            _signatures.clear()
-        found = _signatures.setdefault(key, next(_next_id))
-    t._sig = found
-    return found
 
 
 def binary_operator(op: PointwiseOp, fields: tuple = ()) -> Callable[[Tensor, Any], Tensor]:
