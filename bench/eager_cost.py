@@ -12,7 +12,8 @@ H100 runs (bench/eager.py and bench/eager_device.py time that).
 
 Work (``--work``, repeatable):
 - ``decoder:BxT``: one GPT-2-small decoder block (bench/_decoder.py's ``vram_block``: d 768,
-  12 heads) on a [B, T, 768] bfloat16 input;
+  12 heads) on a [B, T, 768] bfloat16 input; ``decoder:BxTxD``: of width D (D / 64 heads of
+  64, as GPT-2's: the same Python for less reference work);
 - ``mm:N``: ``vram.mm`` of two float32 N x N tensors, no ``out=``.
 
 ``--vram-src DIR`` counts another source tree's vram (an older commit: the "before" rows);
@@ -51,9 +52,10 @@ def _work(spec: str):
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from _decoder import D_MODEL, gpt2_weights, vram_block
 
-        batch, seq = (int(n) for n in arg.split("x"))
-        block = vram_block(gpt2_weights(), device)
-        values = rng.standard_normal((batch, seq, D_MODEL)).astype(ml_dtypes.bfloat16)
+        batch, seq, *width = (int(n) for n in arg.split("x"))
+        d = width[0] if width else D_MODEL
+        block = vram_block(gpt2_weights(d), device, heads=d // 64)
+        values = rng.standard_normal((batch, seq, d)).astype(ml_dtypes.bfloat16)
         x = vram.tensor(values, device=device)
         return lambda: block(x)
     if kind == "mm":
