@@ -12,7 +12,12 @@ Work (``--work``, repeatable):
 - ``trace:NAME``: the requests of bundled trace NAME (tests/data/traces) through
   ``caching_allocator_alloc`` / ``caching_allocator_delete``, per request;
 - ``empty:NBYTES``: ``vram.empty(NBYTES, dtype=vram.uint8)`` and del, per pair;
-- ``raw:NBYTES``: ``caching_allocator_alloc`` and ``caching_allocator_delete``, per pair.
+- ``raw:NBYTES``: ``caching_allocator_alloc`` and ``caching_allocator_delete``, per pair;
+- ``decoder:BxTxD``: one GPT-2-small decoder block (bench/_decoder.py) of width D on
+  [B, T, D], per block (D 128 is the Python of D 768 for less reference work under
+  valgrind), and ``mm:N``: ``vram.mm`` of two float32 N x N tensors, per call: eager ops, their
+  work held by the sim's deferred mode while they are counted (the NumPy reference kernels
+  run after; bench/eager_cost.py counts the same ops' bytecodes per function).
 
 ``--vram-src DIR`` counts another source tree's vram (an older commit: the "before" rows).
 Without valgrind (``--no-valgrind``) it times best-of-``--repeats`` instead.
@@ -23,6 +28,7 @@ Without valgrind (``--no-valgrind``) it times best-of-``--repeats`` instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -34,6 +40,7 @@ import time
 from pathlib import Path
 
 TRACES = Path(__file__).resolve().parents[1] / "tests" / "data" / "traces"
+_EAGER = ("decoder", "mm")  # work kinds of eager ops (bench/eager_cost.py's)
 DEFAULT_WORK = ("trace:gpt_train-default", "trace:two_stream-default", "empty:1024", "raw:512")
 
 
@@ -74,6 +81,17 @@ def _work(spec: str):
                 delete(ptr)
 
         return run, len(ops)
+    if kind in _EAGER:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from eager_cost import _work as eager_work
+
+        once = eager_work(spec)
+
+        def run() -> None:
+            for _ in range(10):
+                once()
+
+        return run, 10
     nbytes = int(arg)
     if kind == "empty":
         empty, uint8, device = vram.empty, vram.uint8, vram.device("sim:0")
@@ -101,7 +119,9 @@ def _child(spec: str, n: int) -> None:
     vram.set_device("sim:0")
     run, per = _work(spec)
     run()  # warm: the cache holds what the work needs
-    functools.reduce(lambda _, work: work(), [run] * n, None)
+    eager = spec.partition(":")[0] in _EAGER
+    with vram.sim.deferred() if eager else contextlib.nullcontext():  # (kernels run after)
+        functools.reduce(lambda _, work: work(), [run] * n, None)
     print(per * n)
 
 

@@ -6,6 +6,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import vram
 from vram import _device, _streams
@@ -17,11 +19,14 @@ SIM1 = vram.Device("sim", 1)
 
 @pytest.fixture(autouse=True)
 def _fresh_current(sim0):
-    """sim:0 current, and no current stream set by an earlier test (or left by this one)."""
+    """sim:0 current, and no current stream set by an earlier test (or left by this one);
+    the kept handles (Note [The current handle, kept]) are asked again after."""
     saved = dict(_streams._local.current)
     _streams._local.current.clear()
+    _streams._local.handles.clear()
     yield
     _streams._local.current.clear()
+    _streams._local.handles.clear()
     _streams._local.current.update(saved)
 
 
@@ -254,6 +259,50 @@ def test_current_place_is_current_streams_device_and_handle_wherever_they_are_se
     default = vram.default_device()
     assert other["place"] == (default, vram.default_stream(default).cuda_stream)
     assert seen == [True] * 5
+
+
+def _handles_agree() -> None:
+    """The kept handles are the simple path's answers, on every device and the cpu."""
+    for device in (SIM0, SIM1):
+        assert _streams.this_thread.handles[device] == vram.current_stream(device).cuda_stream
+        assert _streams.this_thread.handles[device] == _streams.current_handle(device)
+    assert _streams.this_thread.handles[vram.device("cpu")] == 0
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["set", "with", "raise", "thread"]), st.integers(0, 3))))
+def test_the_kept_handles_follow_the_current_stream(steps):
+    """Differential: after any mix of set_stream, ``with stream`` (left normally or by an
+    error) and other threads' set_stream, ``this_thread.handles`` (what ops launch on) is
+    ``current_stream(device).cuda_stream`` (Note [The current handle, kept])."""
+    streams = [vram.Stream(SIM0), vram.Stream(SIM1), vram.default_stream(SIM0), vram.Stream(SIM0)]
+    _handles_agree()
+    for action, which in steps:
+        s = streams[which]
+        if action == "set":
+            vram.set_stream(s)
+        elif action == "with":
+            with vram.stream(s):
+                _handles_agree()
+        elif action == "raise":
+            with pytest.raises(KeyError), s:
+                _handles_agree()
+                raise KeyError(which)
+        else:
+            seen: list = []
+
+            def other_thread(s=s, seen=seen):
+                _handles_agree()
+                vram.set_stream(s)
+                seen.append(_handles_agree())
+
+            thread = threading.Thread(target=other_thread)
+            thread.start()
+            thread.join()
+            assert seen == [None]
+        _handles_agree()
+    vram.set_stream(vram.default_stream(SIM0))
+    vram.set_stream(vram.default_stream(SIM1))
 
 
 # ---- events ---------------------------------------------------------------------------

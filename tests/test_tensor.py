@@ -449,3 +449,36 @@ def test_from_numpy_rejects_negative_strides_and_odd_dtypes():
         vram.from_numpy(np.zeros(2, np.uint32))
     with pytest.raises(TypeError, match="array"):
         vram.from_numpy([1, 2])
+
+
+def test_an_op_result_storage_reads_as_a_constructed_one():
+    """``new_tensor``'s storage (an ``_Allocated``: owner and host from its class) against a
+    Storage of allocator memory made by its constructor (``device_storage``): the same
+    fields, the same record_stream and record_use, and its memory goes back when dropped;
+    the first result on a device (its allocator not made yet), a zero-byte result and a
+    cpu result take the constructors."""
+    from vram._tensor import Storage, device_storage, new_tensor
+
+    assert vram.memory.made_allocator(SIM1) is None  # (fresh allocators for each test)
+    first = new_tensor((4,), (1,), vram.float32, SIM1, 16, 0)
+    assert type(first._storage) is Storage and first._storage.allocator is not None
+    vram.memory.allocator_for(SIM)
+    t = new_tensor((4,), (1,), vram.float32, SIM, 16, 0, 7)
+    plain = device_storage(16, SIM, 0)
+    s = t._storage
+    assert isinstance(s, Storage) and type(s) is not Storage
+    for name in ("device", "nbytes", "owner", "host", "allocator"):
+        assert getattr(s, name) == getattr(plain, name), name
+    assert (t._sig, t._offset, t.grad) == (7, 0, None)
+    stream = vram.Stream(SIM)
+    t.record_stream(stream)
+    t.record_use(stream)
+    t.fill_(2.0)
+    assert t.numpy().tolist() == [2.0] * 4
+    before = vram.memory_allocated(SIM)
+    del t, s
+    gc.collect()
+    assert vram.memory_allocated(SIM) == before - 512
+    for device, nbytes in ((SIM, 0), (vram.device("cpu"), 16), (vram.device("cpu"), 0)):
+        made = new_tensor((nbytes // 4,), (1,), vram.float32, device, nbytes, 0)
+        assert type(made._storage) is Storage and made._storage.nbytes == nbytes

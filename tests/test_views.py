@@ -235,8 +235,26 @@ def test_remembered_layouts_are_the_ones_worked_out(perm, sizes, dims):
             )  # fmt: skip
             assert shared(got, base) == shared(want, base)
             assert np.array_equal(got.numpy(), want.numpy())
+            assert got._sig == _layout_id(got)  # the id carried is the one asked afresh
     if x.is_contiguous():
         assert x.view(*sizes).stride() == _fresh(x, "view", sizes).stride()
+
+
+def _layout_id(t: vram.Tensor) -> int:
+    return vram._tensor.layout_id(t.dtype, t.shape, tuple(t.stride()), t.device)
+
+
+@pytest.mark.parametrize("device", [SIM, CPU], ids=str)
+def test_views_of_one_layout_in_other_dtypes_carry_their_own_ids(device):
+    """Views are remembered under the source's layout id, which names its dtype and device:
+    one shape in two dtypes (or on two devices) gives views with the id of each."""
+    ones = np.ones((4, 6), np.float32)
+    for t in (vram.tensor(ones, device=device), vram.tensor(ones.astype(np.int64), device=device)):
+        for _ in range(2):  # worked out, then remembered
+            for view in (t.view(6, 4), t.reshape(2, 12), t.permute(1, 0), t.transpose(0, 1)):
+                assert view.dtype == t.dtype and view.device == t.device
+                assert view._sig == _layout_id(view)
+                assert (view + 1).numpy().dtype == ones.astype(t.dtype.np).dtype
 
 
 def test_bools_and_floats_are_refused_after_their_ints_are_remembered():

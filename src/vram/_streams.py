@@ -26,6 +26,7 @@ __all__ = [
     "Event",
     "current_stream",
     "current_handle",
+    "this_thread",
     "default_stream",
     "set_stream",
     "stream",
@@ -274,13 +275,37 @@ class Event:
                 pass
 
 
+class _Handles(dict):
+    """Device -> the handle of this thread's current stream there: ``current_handle``'s
+    answer, asked once per device and kept (Note [The current handle, kept]); 0 for the cpu
+    device, which has no streams (its launchers run at once)."""
+
+    __slots__ = ()
+
+    def __missing__(self, device: Device) -> int:
+        handle = 0 if device.type == "cpu" else current_handle(device)
+        self[device] = handle
+        return handle
+
+
 class _Local(threading.local):
     def __init__(self) -> None:
         self.current: dict[Device, Stream] = {}
         self.stack: list[tuple[Device, Stream]] = []
+        self.handles = _Handles()
 
 
 _local = _Local()
+this_thread = _local  # ``this_thread.handles[device]``: what every launch is queued on
+
+# Note [The current handle, kept]
+# Every op asks for the handle of the current stream of its device, once per call. The
+# answer changes only where ``set_stream`` writes this thread's current stream (the one
+# writer of ``_local.current``; ``with stream``, graph capture and the rest go through it)
+# and a device's default stream is made once, so ``set_stream`` writes the handle too and
+# ``this_thread.handles[device]`` is one dict lookup, without a frame. The simple path,
+# ``current_handle`` (and ``current_stream(device).cuda_stream``), stays the reference a
+# differential test holds the kept answers to.
 _defaults: dict[Device, Stream] = {}
 
 
@@ -314,8 +339,7 @@ def current_place() -> tuple[Device, int]:
     found = _device_state.current
     if found is None:
         found = current_device_obj()
-    s = _local.current.get(found) or _defaults.get(found)
-    return found, (s if s is not None else default_stream(found)).cuda_stream
+    return found, _local.handles[found]  # (Note [The current handle, kept])
 
 
 def current_handle(device: Device) -> int:
@@ -334,6 +358,7 @@ def set_stream(s: Stream) -> None:
     if current_device_obj() != s.device:
         set_device(s.device)
     _local.current[s.device] = s
+    _local.handles[s.device] = s.cuda_stream
 
 
 def as_stream(value: object, argument: str = "stream") -> Stream:

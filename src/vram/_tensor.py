@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -62,7 +63,7 @@ from ._views import (
 )
 from .memory import Allocation, PinnedAllocation, allocate_pinned, allocator_for, made_allocator
 
-__all__ = ["Tensor"]
+__all__ = ["Tensor", "layout_id", "signature_id"]
 
 
 class Storage:
@@ -139,6 +140,17 @@ def device_storage(nbytes: int, device: Device, stream: int | None = None) -> St
     return Storage(device, ptr, nbytes, None, None, allocator)
 
 
+class _Allocated(Storage):
+    """A Storage that ``new_tensor`` made over memory from vram's allocator: it has no owner
+    and no host array, which its class says (None) instead of two slots filled per tensor
+    (Note [A new tensor in one frame])."""
+
+    __slots__ = ()
+
+    owner = None
+    host = None
+
+
 def new_tensor(
     shape: tuple[int, ...],
     stride: tuple[int, ...],
@@ -146,26 +158,27 @@ def new_tensor(
     device: Device,
     nbytes: int,
     stream: int | None = None,
+    sig: int = 0,
 ) -> Tensor:
     """A new tensor of ``nbytes`` of memory laid out as ``shape`` / ``stride``, for
     ``stream`` (a handle: the device's current stream when None): every op's result.
+    ``sig``: the layout's ``layout_id`` where the caller knows it (0: asked when needed).
 
     (``device_storage``, ``Storage`` and ``Tensor._make`` inline: one frame and the
     allocator's per new tensor, Note [A new tensor in one frame].)
     """
-    if device.type == "cpu":
-        storage = Storage.of_host(np.empty(nbytes, np.uint8))
-    elif nbytes:
-        allocator = made_allocator(device) or allocator_for(device)
+    allocator = made_allocator(device)  # (None on cpu, and until the device's first malloc)
+    if allocator is not None and nbytes:
         ptr = allocator.malloc(nbytes, current_handle(device) if stream is None else stream)
-        storage = _new(Storage)
+        storage = _new(_Allocated)
         storage.device = device
         storage.ptr = ptr
         storage.nbytes = nbytes
-        storage.owner = storage.host = None
         storage.allocator = allocator
+    elif device.type == "cpu":
+        storage = Storage.of_host(np.empty(nbytes, np.uint8))
     else:
-        storage = Storage(device, 0, 0, None)
+        storage = device_storage(nbytes, device, stream)
     t = _new(Tensor)
     t._storage = storage
     t._shape = shape
@@ -173,7 +186,7 @@ def new_tensor(
     t._offset = 0
     t.dtype = dt
     t.grad = None
-    t._sig = 0
+    t._sig = sig
     return t
 
 
@@ -184,7 +197,9 @@ _new = object.__new__
 # ``new_tensor`` fills both objects' slots itself instead of calling their constructors and
 # ``device_storage``: the Python frames around the allocator's malloc cost about as much as
 # the malloc of a block taken back (Note [Taking a dropped block back] in
-# memory/_caching.py), so a result costs this frame and the allocator's.
+# memory/_caching.py), so a result costs this frame and the allocator's. Its storage is an
+# ``_Allocated``, whose class holds the owner and host array that memory of vram's
+# allocator never has, so that only the slots that differ per tensor are written.
 
 
 class _HostMemory:
@@ -274,16 +289,53 @@ dispatch: dict[str, Callable[..., Any]] = _Dispatch()
 
 # Note [Layouts remembered]: a view's shape and strides follow from the source's shape and
 # strides and the call's int arguments alone; view, reshape (as a view), permute and
-# transpose keep what they worked out under those (bounded; cleared when full), so that a
-# model's repeated reshuffles of one activation's layout are one lookup. Arguments of any
-# other type (bools, floats, NumPy ints, lists) are not keys: bool and float compare equal
-# to ints, and PyTorch refuses them where vram checks below.
-_layouts: dict[Any, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+# transpose keep what they worked out under the source's layout id (``signature_id``: its
+# dtype, shape, strides and device) and those arguments (bounded; cleared when full), with
+# the view's own layout id, which the view carries: a model's repeated reshuffles of one
+# activation's layout are one lookup, and the op the view goes to next finds its id made.
+# Arguments of any other type (bools, floats, NumPy ints, lists) are not keys: bool and
+# float compare equal to ints, and PyTorch refuses them where vram checks below.
+_layouts: dict[Any, tuple[tuple[int, ...], tuple[int, ...], int]] = {}
 _MAX_LAYOUTS = 4096
 _INTS = frozenset((int,))
 
 
-def _remember_layout(key: Any, layout: tuple) -> tuple:
+_signatures: dict[tuple, int] = {}
+_next_id = itertools.count(1)
+_MAX_SIGNATURES = 1 << 16
+
+
+def layout_id(dt: dtype, shape: tuple[int, ...], stride: tuple[int, ...], device: Device) -> int:
+    """A small int naming (dtype, shape, strides, device): plans are looked up by these ids,
+    and a plan gives the tensors it makes the id of their layout (``new_tensor``'s ``sig``).
+    Ids are never reused, so forgetting the table (when it grows past its bound) costs only
+    lookups, never a wrong plan."""
+    key = (dt, shape, stride, device)
+    found = _signatures.get(key)
+    if found is None:
+        if len(_signatures) >= _MAX_SIGNATURES:
+            _signatures.clear()
+        found = _signatures.setdefault(key, next(_next_id))
+    return found
+
+
+def signature_id(t: Tensor) -> int:
+    """``t``'s ``layout_id``, kept on the tensor (``t._sig``; 0 until asked)."""
+    t._sig = found = layout_id(t.dtype, t._shape, t._stride, t._storage.device)
+    return found
+
+
+def _one_tuple_of_ints(args: tuple[Any, ...]) -> tuple[int, ...] | None:
+    """The ints of ``view((2, 3))``'s one tuple argument, or None: not a key (the arguments
+    of ``view(2, 3)`` are one already)."""
+    if len(args) == 1 and type(args[0]) is tuple and {*map(type, args[0])} <= _INTS:
+        return args[0]
+    return None
+
+
+def _remember_layout(key: Any, source: Tensor, shape: tuple, stride: tuple) -> tuple:
+    """(shape, stride, the layout id of a view of ``source`` so), kept under ``key``."""
+    layout = (shape, stride, layout_id(source.dtype, shape, stride, source._storage.device))
     if key is not None:
         if len(_layouts) >= _MAX_LAYOUTS:
             _layouts.clear()
@@ -318,15 +370,18 @@ class Tensor:
         stride: tuple[int, ...],
         offset: int,
         dt: dtype,
+        sig: int = 0,
     ) -> Tensor:
-        t = object.__new__(cls)
+        """``sig``: the layout's ``layout_id`` where the caller knows it (0: asked when
+        needed)."""
+        t = _new(cls)
         t._storage = storage
         t._shape = shape
         t._stride = stride
         t._offset = offset
         t.dtype = dt
         t.grad = None  # set by the user (vram has no autograd); optimizers read it
-        t._sig = 0
+        t._sig = sig
         return t
 
     @classmethod
@@ -446,37 +501,38 @@ class Tensor:
     def view(self, *shape: Any) -> Tensor:
         """The same elements with another shape, sharing memory; RuntimeError if the strides
         cannot express it (use ``reshape``)."""
-        new_shape, strides = self._view_layout(shape)
+        sizes = shape if {*map(type, shape)} <= _INTS else _one_tuple_of_ints(shape)
+        key = ("view", self._sig or signature_id(self), sizes) if sizes is not None else None
+        new_shape, strides, sig = _layouts.get(key) or self._view_layout(shape, key)
         if strides is None:
             raise RuntimeError(
                 "view size is not compatible with input tensor's size and stride (at least one "
                 "dimension spans across two contiguous subspaces). Use .reshape(...) instead."
             )
-        return Tensor._make(self._storage, new_shape, strides, self._offset, self.dtype)
+        return Tensor._make(self._storage, new_shape, strides, self._offset, self.dtype, sig)
 
-    def _view_layout(self, shape: tuple[Any, ...]) -> tuple[tuple[int, ...], Any]:
-        """(shape, strides) of a view of ``shape``'s sizes, remembered (Note [Layouts
-        remembered]); strides None where the memory cannot be viewed so."""
-        sizes = shape[0] if len(shape) == 1 and type(shape[0]) is tuple else shape
-        key = ("view", self._shape, self._stride, sizes) if {*map(type, sizes)} <= _INTS else None
-        found = _layouts.get(key)
-        if found is not None:
-            return found
+    def _view_layout(self, shape: tuple[Any, ...], key: Any) -> tuple[tuple[int, ...], Any, int]:
+        """(shape, strides, layout id) of a view of ``shape``'s sizes, worked out and
+        remembered under ``key`` (Note [Layouts remembered]: ``view`` and ``reshape`` make
+        the key and look it up in their own frame); strides None where the memory cannot be
+        viewed so."""
         new_shape = infer_shape(shape, self.numel())
         strides = view_strides(self._shape, self._stride, new_shape)
         if strides is None:
-            return new_shape, None
-        return _remember_layout(key, (new_shape, strides))
+            return new_shape, None, 0
+        return _remember_layout(key, self, new_shape, strides)
 
     def view_as(self, other: Tensor) -> Tensor:
         return self.view(other.shape)
 
     def reshape(self, *shape: Any) -> Tensor:
         """A view when the strides allow one, else a contiguous copy."""
-        new_shape, strides = self._view_layout(shape)
+        sizes = shape if {*map(type, shape)} <= _INTS else _one_tuple_of_ints(shape)
+        key = ("view", self._sig or signature_id(self), sizes) if sizes is not None else None
+        new_shape, strides, sig = _layouts.get(key) or self._view_layout(shape, key)
         if strides is None:
             return self.contiguous().view(new_shape)
-        return Tensor._make(self._storage, new_shape, strides, self._offset, self.dtype)
+        return Tensor._make(self._storage, new_shape, strides, self._offset, self.dtype, sig)
 
     def reshape_as(self, other: Tensor) -> Tensor:
         return self.reshape(other.shape)
@@ -500,7 +556,7 @@ class Tensor:
     def transpose(self, dim0: int, dim1: int) -> Tensor:
         """Swap two dimensions (a view)."""
         plain = type(dim0) is int and type(dim1) is int
-        key = ("transpose", self._shape, self._stride, dim0, dim1) if plain else None
+        key = ("transpose", self._sig or signature_id(self), dim0, dim1) if plain else None
         found = _layouts.get(key)
         if found is None:
             a, b = wrap_dim(dim0, self.ndim), wrap_dim(dim1, self.ndim)
@@ -509,8 +565,8 @@ class Tensor:
             shape, stride = list(self._shape), list(self._stride)
             shape[a], shape[b] = shape[b], shape[a]
             stride[a], stride[b] = stride[b], stride[a]
-            found = _remember_layout(key, (tuple(shape), tuple(stride)))
-        return Tensor._make(self._storage, found[0], found[1], self._offset, self.dtype)
+            found = _remember_layout(key, self, tuple(shape), tuple(stride))
+        return Tensor._make(self._storage, found[0], found[1], self._offset, self.dtype, found[2])
 
     swapaxes = swapdims = transpose
 
@@ -538,16 +594,14 @@ class Tensor:
 
     def permute(self, *dims: Any) -> Tensor:
         """Reorder the dimensions (a view)."""
-        order = dims[0] if len(dims) == 1 and type(dims[0]) is tuple else dims
-        key = (
-            ("permute", self._shape, self._stride, order) if {*map(type, order)} <= _INTS else None
-        )
+        order = dims if {*map(type, dims)} <= _INTS else _one_tuple_of_ints(dims)
+        key = ("permute", self._sig or signature_id(self), order) if order is not None else None
         found = _layouts.get(key)
         if found is None:
             order = permute_order(dims, self.ndim)
             shape = tuple(self._shape[d] for d in order)
-            found = _remember_layout(key, (shape, tuple(self._stride[d] for d in order)))
-        return Tensor._make(self._storage, found[0], found[1], self._offset, self.dtype)
+            found = _remember_layout(key, self, shape, tuple(self._stride[d] for d in order))
+        return Tensor._make(self._storage, found[0], found[1], self._offset, self.dtype, found[2])
 
     def movedim(self, source: Any, destination: Any) -> Tensor:
         """Dimensions ``source`` moved to positions ``destination`` (a view)."""
@@ -633,9 +687,10 @@ class Tensor:
         """Basic indexing (ints, slices, None, ..., True/False) is a view; tensors, lists and
         arrays in the index read a copy (PyTorch's advanced indexing, vram.ops)."""
         shape = self._shape
-        if type(index) is int and shape and -shape[0] <= index < shape[0]:  # t[i], the commonest
-            at = self._offset + index % shape[0] * self._stride[0]
-            return Tensor._make(self._storage, shape[1:], self._stride[1:], at, self.dtype)
+        if type(index) is int and shape and 0 <= index < shape[0]:  # t[i], the commonest
+            stride = self._stride
+            at = self._offset + index * stride[0]
+            return Tensor._make(self._storage, shape[1:], stride[1:], at, self.dtype)
         (shape, stride, offset), advanced = basic_index(shape, self._stride, self._offset, index)
         view = self._view(shape, stride, offset)
         return dispatch["__getitem__"](view, advanced) if advanced else view

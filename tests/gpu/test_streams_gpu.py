@@ -30,10 +30,12 @@ def cuda0():
     """cuda:0 current, no current stream left set, and nothing left running afterwards."""
     saved = dict(_streams._local.current)
     _streams._local.current.clear()
+    _streams._local.handles.clear()  # (kept handles: asked again, Note [The current handle, kept])
     with vram.device("cuda:0") as device:
         yield device
         vram.synchronize()
     _streams._local.current.clear()
+    _streams._local.handles.clear()
     _streams._local.current.update(saved)
 
 

@@ -30,10 +30,10 @@ import math
 import threading
 from typing import Any
 
-from .._streams import current_handle
+from .._streams import this_thread
 from .._tensor import Tensor, broadcast_shapes, contiguous_strides, dispatch
 from ..backends import cuda as _backends
-from ..ops._plans import new_tensor
+from ..ops._plans import new_tensor, stream_handle
 from ..ops._pointwise import signature_id
 from . import _checks, _tunable
 from ._ops import GEMM_DTYPES, gemm, plan_for, product_plan
@@ -127,36 +127,33 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:  # 
     """``input`` [M, K] @ ``mat2`` [K, N] -> [M, N] (torch.mm), into ``out`` if given."""
     try:  # the key of Note [mm's plans]; anything but tensors takes the checks below
         dt = input.dtype
-        sa, sb = input._storage, mat2._storage
         size = dt.itemsize
-        pa = sa.ptr + input._offset * size
-        pb = sb.ptr + mat2._offset * size
-        ia = input._sig or signature_id(input)
-        ib = mat2._sig or signature_id(mat2)
+        pa = input._storage.ptr + input._offset * size
+        pb = mat2._storage.ptr + mat2._offset * size
         if out is None:
-            po = 0
             key: tuple | None = (
-                ia, ib, (pa | pb) & _ALIGN_MASK, _backends.generation, _tunable.state.generation
+                input._sig or signature_id(input), mat2._sig or signature_id(mat2),
+                (pa | pb) & _ALIGN_MASK, _backends.generation, _tunable.state.generation,
             )  # fmt: skip
         else:
             so = out._storage
             po = so.ptr + out._offset * size
             key = (
-                ia, ib, (pa | pb | po) & _ALIGN_MASK, _backends.generation,
+                input._sig or signature_id(input), mat2._sig or signature_id(mat2),
+                (pa | pb | po) & _ALIGN_MASK, _backends.generation,
                 _tunable.state.generation, out._sig or signature_id(out),
             )  # fmt: skip
-            if so is sa or so is sb:  # out shares an operand's storage: always checked
+            if so is input._storage or so is mat2._storage:  # shares an operand's: checked
                 key = None
     except AttributeError:
         key = None
     found = _plans.mm.get(key)  # type: ignore[arg-type]
     if found is not None:
         plan, shape, stride, nbytes, sig = found
-        device = sa.device  # (the stream asked for once, for the result and the product)
-        stream = current_handle(device) if device.type != "cpu" else 0  # (stream_handle's)
+        device = input._storage.device  # (the stream asked once: the result, the product)
+        stream = this_thread.handles[device]
         if out is None:
-            out = new_tensor(shape, stride, dt, device, nbytes, stream)
-            out._sig = sig
+            out = new_tensor(shape, stride, dt, device, nbytes, stream, sig)
             po = out._storage.ptr
             if po & _ALIGN_MASK:  # less aligned than the plan may assume
                 gemm(out, input, mat2, None, 0.0, 1.0, 0)
@@ -194,7 +191,7 @@ def _checked_mm(input: Any, mat2: Any, out: Any, key: tuple | None) -> Tensor:  
             plan = product_plan(target, input, mat2, pa | pb | po)
             nbytes = math.prod(shape) * target.dtype.itemsize
             _remember(_plans.mm, key, (plan, shape, target._stride, nbytes, signature_id(target)))
-            plan.product(target, input, mat2, pa, pb, po)
+            plan.product(target, input, mat2, pa, pb, po, stream_handle(target.device))
     return _finish(target, final)
 
 
@@ -243,12 +240,11 @@ def addmm(
         if found is not None:
             plan, shape, stride, nbytes, sig, checked_beta, checked_alpha = found
             device = input._storage.device  # (the stream asked for once: result, product)
-            stream = current_handle(device) if device.type != "cpu" else 0
-            result = new_tensor(shape, stride, input.dtype, device, nbytes, stream)
+            stream = this_thread.handles[device]
+            result = new_tensor(shape, stride, input.dtype, device, nbytes, stream, sig)
             po = result._storage.ptr
             if not po & _ALIGN_MASK:  # (else less aligned than the plan may assume: checked)
-                result._sig = sig
-                plan.run(result, mat1, mat2, input, checked_beta, checked_alpha, pa, pb, po,
+                plan.run(result, mat1, mat2, input, checked_beta, checked_alpha, pa, pb, pc, po,
                          stream)  # fmt: skip
                 return result
     names = ("input", "mat1", "mat2")
@@ -278,12 +274,11 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         if found is not None:
             plan, shape, stride, nbytes, sig, beta, alpha = found
             device = bias._storage.device  # (the stream asked for once: result, product)
-            stream = current_handle(device) if device.type != "cpu" else 0
-            out = new_tensor(shape, stride, bias.dtype, device, nbytes, stream)
+            stream = this_thread.handles[device]
+            out = new_tensor(shape, stride, bias.dtype, device, nbytes, stream, sig)
             po = out._storage.ptr
             if not po & _ALIGN_MASK:  # (else less aligned than the plan may assume: checked)
-                out._sig = sig
-                plan.run(out, None, None, bias, beta, alpha, pa, pb, po, stream)
+                plan.run(out, None, None, bias, beta, alpha, pa, pb, pc, po, stream)
                 return out
     x = _checks.tensor_arg("linear", "input", input)
     w = _checks.tensor_arg("linear", "weight", weight)
@@ -366,7 +361,8 @@ def _add_product(
         sig = signature_id(target if linear_shape is None else target.view(final_shape))
         plans = _plans.add if linear_shape is None else _plans.linear
         _remember(plans, key, (plan, final_shape, stride, nbytes, sig, beta, alpha))
-    plan.run(target, a, b, bias, beta, alpha, pa, pb, po)
+    pc = bias.data_ptr()
+    plan.run(target, a, b, bias, beta, alpha, pa, pb, pc, po, stream_handle(target.device))
     return target
 
 

@@ -211,15 +211,17 @@ def gemm(
         _bias_only(out, bias, beta, activation)
         return out
     pa, pb, po = a.data_ptr(), b.data_ptr(), out.data_ptr()
+    pc = po if bias is out else bias.data_ptr()
     found = plan_for(out, a, b, bias, beta, activation, algo, pa | pb | po)
-    found.run(out, a, b, bias, beta, alpha, pa, pb, po)
+    found.run(out, a, b, bias, beta, alpha, pa, pb, pc, po, stream_handle(out.device))
     return out
 
 
 def product_plan(out: Tensor, a: Tensor, b: Tensor, pointers: int) -> Any:
     """The plan of ``out = a @ b`` (checked; M, N and K > 0; ``pointers`` the bitwise or of
     the three data pointers), as ``gemm`` would run it. Its ``product(out, a, b, pa, pb,
-    po)`` queues the product on the current stream for any tensors of the same shapes,
+    po, handle)`` queues the product on the stream ``handle`` (the current one's: the
+    callers ask for it once) for any tensors of the same shapes,
     strides, dtype, device and alignment, until a ``vram.backends.cuda`` setting or
     TunableOp's state changes."""
     return plan_for(out, a, b, out, 0.0, 0, -1, pointers)
@@ -238,8 +240,9 @@ def plan_for(
     """This thread's cached plan of the problem (made on first sight; M, N and K > 0).
 
     ``pointers`` is the bitwise or of a's, b's and out's data pointers (their alignment is
-    part of the problem). The plan's ``run(out, a, b, bias, beta, alpha, pa, pb, po)``
-    queues the product on the current stream."""
+    part of the problem). The plan's ``run(out, a, b, bias, beta, alpha, pa, pb, pc, po,
+    handle)`` queues the product on the stream ``handle`` (the current one's), ``pa`` to
+    ``po`` the data pointers of a, b, bias and out."""
     if beta == 0:
         mode, bias_key = _NO_BIAS, None
     elif bias is out:
@@ -364,39 +367,28 @@ class _DirectPlan:
         alpha: Any,
         pa: int,
         pb: int,
+        pc: int,
         po: int,
-        handle: int | None = None,
+        handle: int,
     ) -> None:
-        """``out = act(alpha * a @ b + beta * bias)`` on the current stream (whose handle
-        the caller may have asked for already: ``handle``)."""
+        """``out = act(alpha * a @ b + beta * bias)`` on the stream ``handle`` (the current
+        one's); ``pa``, ``pb``, ``pc``, ``po``: the data pointers of a, b, bias and out (the
+        callers have them: the plan is looked up by their alignment)."""
         if self.copy_bias:  # PyTorch's: out = bias, then the product accumulates
             copy_(out, bias.expand(out.shape))
-            pbias = po
-        else:
-            pbias = bias._storage.ptr + bias._offset * bias.dtype.itemsize  # (data_ptr's)
-        device, space = self.device, self.workspace
-        if handle is None:
-            handle = stream_handle(device)
-        workspace = current_workspace(space[0], space[1], device, handle) if space else 0
-        self.run_gemm(handle, po, pa, pb, pbias, alpha, beta, workspace)
+            pc = po
+        space = self.workspace
+        workspace = current_workspace(space[0], space[1], self.device, handle) if space else 0
+        self.run_gemm(handle, po, pa, pb, pc, alpha, beta, workspace)
         if self.activation:
             _activate(out, self.activation)
 
     def product(
-        self,
-        out: Tensor,
-        a: Tensor,
-        b: Tensor,
-        pa: int,
-        pb: int,
-        po: int,
-        handle: int | None = None,
+        self, out: Tensor, a: Tensor, b: Tensor, pa: int, pb: int, po: int, handle: int
     ) -> None:
         """``out = a @ b`` (mm's form of ``run``: alpha 1, no bias, no activation)."""
-        device, space = self.device, self.workspace
-        if handle is None:
-            handle = stream_handle(device)
-        workspace = current_workspace(space[0], space[1], device, handle) if space else 0
+        space = self.workspace
+        workspace = current_workspace(space[0], space[1], self.device, handle) if space else 0
         self.run_gemm(handle, po, pa, pb, po, 1.0, 0.0, workspace)
 
 
@@ -428,9 +420,11 @@ class _StagedPlan:
         alpha: Any,
         pa: int,
         pb: int,
+        pc: int,
         po: int,
-        handle: int | None = None,
+        handle: int,
     ) -> None:
+        """(the pointers and ``handle`` unused: the copies and ``gemm`` ask again)"""
         a = a.contiguous() if self.copy_a else a
         b = b.contiguous() if self.copy_b else b
         if not self.temp:
@@ -451,10 +445,10 @@ class _StagedPlan:
         pa: int,
         pb: int,
         po: int,
-        handle: int | None = None,
+        handle: int,
     ) -> None:
-        """``out = a @ b`` (mm's form of ``run``; ``handle`` unused: the copies ask)."""
-        self.run(out, a, b, out, 0.0, 1.0, pa, pb, po)
+        """``out = a @ b`` (mm's form of ``run``)."""
+        self.run(out, a, b, out, 0.0, 1.0, pa, pb, po, po, handle)
 
 
 # ---- K == 0 and unfused activations --------------------------------------------------------

@@ -238,11 +238,12 @@ def scaled_dot_product_attention(
     if type(is_causal) is not bool or type(enable_gqa) is not bool:  # (NumPy's bools pass)
         _check_flag("is_causal", is_causal)
         _check_flag("enable_gqa", enable_gqa)
+        is_causal, enable_gqa = bool(is_causal), bool(enable_gqa)
     try:  # each operand's (dtype, shape, strides, device), made in this frame
         signature: Any = (
             _NAME,
-            bool(is_causal),
-            bool(enable_gqa),
+            is_causal,
+            enable_gqa,
             query.dtype, query._shape, query._stride, query._storage.device,
             key.dtype, key._shape, key._stride, key._storage.device,
             value.dtype, value._shape, value._stride, value._storage.device,
@@ -252,7 +253,7 @@ def scaled_dot_product_attention(
     except AttributeError:  # not tensors: the checks below name the argument
         signature, plan = None, None
     if plan is None:
-        plan = _build(query, key, value, attn_mask, bool(is_causal), bool(enable_gqa))
+        plan = _build(query, key, value, attn_mask, is_causal, enable_gqa)
         if signature is not None:
             PLANS.add(signature, plan)
     if dropout_p != 0.0:

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import bfloat16, bool_, dtype, float16, float32
-from .._streams import current_handle
-from .._tensor import Tensor
+from .._streams import this_thread
+from .._tensor import Tensor, layout_id
 from ..driver._work import Arg, Kernel, Launch, View
 from ._kernels import KERNEL_DIR, c_type
 from ._plans import launcher, new_tensor
@@ -193,7 +193,7 @@ def instances() -> list[tuple[str, str]]:
 class AttentionPlan:
     """One signature of fused attention: the output's shape and strides, the launcher."""
 
-    __slots__ = ("device", "shape", "stride", "dtype", "nbytes", "run")
+    __slots__ = ("device", "shape", "stride", "dtype", "nbytes", "out_sig", "run")
 
     def __init__(
         self,
@@ -215,6 +215,7 @@ class AttentionPlan:
         else:  # contiguous (B is 1)
             self.stride = ((lq * d, d, 1), (d, 1))[1 - len(problem.batch)]
             o_strides = (0, lq * d, d)
+        self.out_sig = layout_id(dt, self.shape, self.stride, device)  # of its outputs
         mt = _rows_per_warp(problem, multiprocessors(device))
         rows_per_block = _ROWS_PER_WARP_TILE * _WARPS * mt
         packed = np.zeros((), SHAPE_DTYPE)
@@ -256,7 +257,9 @@ class AttentionPlan:
         """The output of one call: ``pq``, ``pk``, ``pv`` the operands' data pointers (16-byte
         aligned: the caller checks), ``pm`` the mask's (0 for none)."""
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
-        out = new_tensor(self.shape, self.stride, self.dtype, device, self.nbytes, stream)
+        stream = this_thread.handles[device]
+        out = new_tensor(
+            self.shape, self.stride, self.dtype, device, self.nbytes, stream, self.out_sig
+        )
         self.run(stream, pq, pk, pv, out._storage.ptr, pm, scale)
         return out

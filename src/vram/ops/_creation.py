@@ -32,7 +32,7 @@ from .._dtypes import (
     float32,
     float64,
 )
-from .._streams import current_handle
+from .._streams import this_thread
 from .._tensor import Tensor, contiguous_strides
 from ..driver._work import Arg, Kernel, Launch, View
 from ._args import cached, require_tensor
@@ -191,7 +191,7 @@ class RangePlan:
             packed = []
             for v in values:
                 packed += [float(v.real), float(v.imag)] if step_type.is_complex else [float(v)]
-            stream = current_handle(self.device) if self.device.type != "cpu" else 0
+            stream = this_thread.handles[self.device]
             self.run(stream, out.data_ptr(), *packed)
         return out
 

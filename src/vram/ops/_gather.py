@@ -26,7 +26,7 @@ import numpy as np
 from .._device import Device
 from .._dtypes import dtype
 from .._errors import CudaError
-from .._streams import current_handle
+from .._streams import this_thread
 from .._tensor import Tensor, contiguous_strides
 from ..driver._work import Arg, Kernel, Launch, View
 from ._index_kernels import BLOCK, bits_type, element_offsets, grid, offsets_struct, source
@@ -210,7 +210,7 @@ class GatherPlan:
         device = self.device
         out = new_tensor(self.shape, self.stride, self.dtype, device, self.nbytes)
         if self.run is not None:
-            stream = current_handle(device) if device.type != "cpu" else 0
+            stream = this_thread.handles[device]
             self.run(stream, out._storage.ptr, src.data_ptr(), *(t.data_ptr() for t in indices))
         return out
 
@@ -254,5 +254,5 @@ class ScatterPlan:
     def __call__(self, dst: Tensor, src: Tensor, indices: tuple[Tensor, ...]) -> None:
         if self.run is not None:
             device = self.device
-            stream = current_handle(device) if device.type != "cpu" else 0
+            stream = this_thread.handles[device]
             self.run(stream, dst.data_ptr(), src.data_ptr(), *(t.data_ptr() for t in indices))

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import bfloat16, dtype, float16, float32
-from .._streams import current_handle
-from .._tensor import Tensor, contiguous_strides
+from .._streams import this_thread
+from .._tensor import Tensor, contiguous_strides, layout_id
 from ..driver._work import Arg, Kernel, Launch, Launcher, View
 from ._kernels import KERNEL_DIR, c_type
 from ._math import _torch_name
@@ -112,7 +112,7 @@ class LayerNormPlan:
             bias is not None and not bias.is_contiguous(),
         )
         self.copy = copy if any(copy) else None  # what a call copies first; None: nothing
-        self.out_sig = 0  # the signature id of the results it makes (known after the first)
+        self.out_sig = layout_id(x.dtype, self.shape, self.stride, device)  # of its results
         n = math.prod(shape)
         rows = self.numel // n if n else 0
         compute = opmath(x.dtype)
@@ -161,12 +161,10 @@ class LayerNormPlan:
 
     def __call__(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
-        result = new_tensor(self.shape, self.stride, self.dtype, device, self.nbytes, stream)
-        if self.out_sig:
-            result._sig = self.out_sig
-        else:
-            self.out_sig = signature_id(result)
+        stream = this_thread.handles[device]
+        result = new_tensor(
+            self.shape, self.stride, self.dtype, device, self.nbytes, stream, self.out_sig
+        )
         if not self.numel:
             return result
         if self.copy is not None:
@@ -264,22 +262,22 @@ def layer_norm(
 ) -> Tensor:
     """torch.nn.functional.layer_norm over the last ``len(normalized_shape)`` dims."""
     if (  # the common call (a tuple of ints, a weight and a bias, a float eps): one lookup
-        type(input) is Tensor
-        and type(normalized_shape) is tuple
-        and type(weight) is Tensor
-        and type(bias) is Tensor
+        type(normalized_shape) is tuple
         and type(eps) is float
         and {*map(type, normalized_shape)} <= _INTS
     ):
-        plan = PLANS.get(
-            (
-                "layer_norm",
-                input._sig or signature_id(input),
-                normalized_shape,
-                weight._sig or signature_id(weight),
-                bias._sig or signature_id(bias),
+        try:  # only tensors have signature ids: anything else takes the checks below
+            plan = PLANS.get(
+                (
+                    "layer_norm",
+                    input._sig or signature_id(input),
+                    normalized_shape,
+                    weight._sig or signature_id(weight),
+                    bias._sig or signature_id(bias),
+                )
             )
-        )
+        except AttributeError:
+            plan = None
         if plan is not None:
             return plan(input, weight, bias, eps)
     if isinstance(input, Tensor):

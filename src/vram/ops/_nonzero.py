@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import bool_, int64
-from .._streams import current_handle
+from .._streams import this_thread
 from .._tensor import Tensor, dispatch
 from ..driver._work import Arg, Kernel, Launch, View
 from ._args import cached, require_tensor, same_device, signature
@@ -127,7 +127,7 @@ class CompactPlan:
     def __call__(self, mask: Tensor, values: Tensor | None) -> Tensor:
         """Count, read the total (synchronizes), write the hits into a new tensor."""
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
+        stream = this_thread.handles[device]
         counts = new_tensor((self.blocks + 1,), (1,), int64, device, (self.blocks + 1) * 8)
         if self.numel:
             self.count(stream, mask.data_ptr(), counts.data_ptr())

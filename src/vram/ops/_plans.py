@@ -10,7 +10,7 @@ one launch. ``PLANS`` holds them (bounded: the oldest half goes when it is full)
 ``launcher(device, launch)`` is the one place that tells the cpu device (the reference runs
 at once over host memory) from devices with a driver (``Driver.prepare``, the kernel seam);
 ``ask(device, query, ...)`` (a library's answer: None on the cpu, which has no libraries)
-and ``stream_handle(device)`` (0 on the cpu, which has no streams) follow it.
+follows it; ``stream_handle(device)`` is 0 on the cpu, which has no streams.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._device import Device
-from .._streams import current_handle
+from .._streams import this_thread
 from .._tensor import new_tensor
 from ..driver._work import Launch, Launcher, Query, run_on_host
 
@@ -81,10 +81,9 @@ def ask(device: Device, query: Query, *args: Any) -> Any:
 
 def stream_handle(device: Device) -> int:
     """The handle of this thread's current stream on ``device`` (what a launcher takes); 0
-    on cpu, whose launchers run at once."""
-    if device.type == "cpu":
-        return 0
-    return current_handle(device)
+    on cpu, whose launchers run at once (``this_thread.handles``, Note [The current handle,
+    kept] in vram._streams)."""
+    return this_thread.handles[device]
 
 
 def cached(key: Any, build: Callable[[], Any]) -> Any:

@@ -15,7 +15,6 @@ input's dtype: copy). Arithmetic runs in the opmath type (float32 for float16 an
 
 from __future__ import annotations
 
-import itertools
 import math
 import numbers
 import warnings
@@ -42,8 +41,8 @@ from .._dtypes import (
     int64,
     uint8,
 )
-from .._streams import current_handle
-from .._tensor import Tensor
+from .._streams import this_thread
+from .._tensor import Tensor, layout_id, signature_id
 from ..driver._work import Arg, Kernel, Launch, View
 from . import _kernels
 from ._iterator import (
@@ -261,7 +260,7 @@ class PointwisePlan:
         self.items = tuple(t.dtype.itemsize for t in tensors)
         self.positions = form
         self.checks = out is not None and not self.writes_temp and bool(tensors)
-        self.out_sig = 0  # the signature id of the outputs it makes (known after the first)
+        self.out_sig = layout_id(result, shape, self.out_stride, device)  # of the outputs it makes
         self.fields: Any = None  # the last fields converted, by identity (operators reuse one)
         self.values: tuple = ()
         # the functor and its fields
@@ -319,11 +318,17 @@ class PointwisePlan:
         """Run the op: ``tensors`` its tensor operands, ``numbers`` the numbers that stand for
         operands, then the op's fields (in order); into ``out`` or a new tensor."""
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
+        stream = this_thread.handles[device]
         final = out
         if out is None or self.writes_temp:
             out = new_tensor(
-                self.shape, self.out_stride, self.out_dtype, device, self.nbytes, stream
+                self.shape,
+                self.out_stride,
+                self.out_dtype,
+                device,
+                self.nbytes,
+                stream,
+                self.out_sig,
             )
         elif self.checks:
             check_overlap(out, tensors)
@@ -358,19 +363,20 @@ class PointwisePlan:
         return values
 
     def _output(self, stream: int) -> Tensor:
-        out = new_tensor(
-            self.shape, self.out_stride, self.out_dtype, self.device, self.nbytes, stream
+        return new_tensor(
+            self.shape,
+            self.out_stride,
+            self.out_dtype,
+            self.device,
+            self.nbytes,
+            stream,
+            self.out_sig,
         )
-        if self.out_sig:
-            out._sig = self.out_sig
-        else:
-            self.out_sig = signature_id(out)
-        return out
 
     def unary(self, a: Tensor, fields: tuple) -> Tensor:
         """``op(a, *fields)`` into a new tensor (the plan of one tensor operand)."""
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
+        stream = this_thread.handles[device]
         out = self._output(stream)
         if self.numel:
             po = out._storage.ptr
@@ -388,12 +394,10 @@ class PointwisePlan:
         (``_output`` and the repeated fields' ``_convert`` inline: the operators' commonest
         call, one frame above the allocator's.)"""
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
-        out = new_tensor(self.shape, self.out_stride, self.out_dtype, device, self.nbytes, stream)
-        if self.out_sig:
-            out._sig = self.out_sig
-        else:
-            self.out_sig = signature_id(out)
+        stream = this_thread.handles[device]
+        out = new_tensor(
+            self.shape, self.out_stride, self.out_dtype, device, self.nbytes, stream, self.out_sig
+        )
         if self.numel:
             items = self.items
             po = out._storage.ptr
@@ -410,7 +414,7 @@ class PointwisePlan:
     def ternary(self, a: Tensor, b: Tensor, c: Tensor, fields: tuple) -> Tensor:
         """``op(a, b, c, *fields)`` into a new tensor (the plan of three tensor operands)."""
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
+        stream = this_thread.handles[device]
         out = self._output(stream)
         if self.numel:
             items = self.items
@@ -431,7 +435,7 @@ class PointwisePlan:
             if b._storage is a._storage:
                 check_overlap(a, (b,))
             device = self.device
-            stream = current_handle(device) if device.type != "cpu" else 0
+            stream = this_thread.handles[device]
             items = self.items
             pa = a._storage.ptr + a._offset * items[0]
             pb = b._storage.ptr + b._offset * items[1]
@@ -446,7 +450,7 @@ class PointwisePlan:
         """``a = op(a, *numbers)`` (a plan made with ``a`` as its output)."""
         if self.numel:
             device = self.device
-            stream = current_handle(device) if device.type != "cpu" else 0
+            stream = this_thread.handles[device]
             convert = self.converts
             values = tuple(convert(v) for v in numbers)
             if self.flatten:
@@ -462,7 +466,7 @@ class PointwisePlan:
     def scalar(self, a: Tensor, numbers: tuple) -> Tensor:
         """``op`` of one tensor with numbers standing for the other operands (a + 2)."""
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
+        stream = this_thread.handles[device]
         out = self._output(stream)
         if self.numel:
             convert = self.converts
@@ -477,25 +481,6 @@ class PointwisePlan:
             else:
                 self.run(stream, *values, po, pa)
         return out
-
-
-_signatures: dict[tuple, int] = {}
-_next_id = itertools.count(1)
-_MAX_SIGNATURES = 1 << 16
-
-
-def signature_id(t: Tensor) -> int:
-    """A small int naming ``t``'s (dtype, shape, strides, device), kept on the tensor: plans
-    are looked up by these ids. Ids are never reused, so forgetting the table (when it grows
-    past its bound) costs only lookups, never a wrong plan."""
-    key = (t.dtype, t._shape, t._stride, t._storage.device)
-    found = _signatures.get(key)
-    if found is None:
-        if len(_signatures) >= _MAX_SIGNATURES:
-            _signatures.clear()
-        found = _signatures.setdefault(key, next(_next_id))
-    t._sig = found
-    return found
 
 
 def binary_operator(op: PointwiseOp, fields: tuple = ()) -> Callable[[Tensor, Any], Tensor]:

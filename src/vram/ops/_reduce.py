@@ -36,7 +36,7 @@ import numpy as np
 
 from .._device import Device
 from .._dtypes import dtype, uint8
-from .._streams import current_handle
+from .._streams import this_thread
 from .._tensor import Tensor, contiguous_strides
 from ..driver._work import Arg, Kernel, Launch, Launcher, View
 from ._kernels import KERNEL_DIR, c_type
@@ -405,7 +405,7 @@ class ReducePlan:
     def __call__(self, x: Tensor) -> tuple[Tensor | None, Tensor | None]:
         """Reduce ``x`` (of the plan's signature): (result, second result or None)."""
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
+        stream = this_thread.handles[device]
         result = second = None
         if self.out is not None:
             result = new_tensor(self.shape, self.stride, self.out, device, self.nbytes, stream)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import as_dtype, bool_, dtype, int64, uint8
-from .._streams import current_handle
+from .._streams import this_thread
 from .._tensor import Tensor, contiguous_strides, dispatch
 from ..driver._work import Arg, Kernel, Launch, View
 from ._kernels import KERNEL_DIR, c_type
@@ -183,7 +183,7 @@ class ScanPlan:
             return result
         if self.copy:
             x = x.contiguous()
-        stream = current_handle(device) if device.type != "cpu" else 0
+        stream = this_thread.handles[device]
         ptr = x._storage.ptr + x._offset * x.dtype.itemsize
         if not self.workspace:
             self.runs[0](stream, ptr, result._storage.ptr)

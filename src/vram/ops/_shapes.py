@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import dtype
-from .._streams import current_handle
+from .._streams import this_thread
 from .._tensor import Tensor, contiguous_strides, dispatch
 from .._views import int_sequence, wrap_dim
 from ..driver._work import Arg, Kernel, Launch, View
@@ -199,7 +199,7 @@ class CatPlan:
             aligned = self.units[0]
             if functools.reduce(operator.or_, ptrs, base) % aligned:
                 aligned = self.units[-1]
-            stream = current_handle(device) if device.type != "cpu" else 0
+            stream = this_thread.handles[device]
             for g, (run, slots) in enumerate(self.fast[aligned]):
                 group = ptrs[g * _MAX_INPUTS : (g + 1) * _MAX_INPUTS]
                 run(stream, base, *group, *(0,) * (slots - len(group)))
@@ -394,7 +394,7 @@ class TrianglePlan:
     def __call__(self, out: Tensor, src: Tensor, diagonal: int) -> Tensor:
         if self.run is not None:
             device = self.device
-            stream = current_handle(device) if device.type != "cpu" else 0
+            stream = this_thread.handles[device]
             self.run(stream, out.data_ptr(), src.data_ptr(), diagonal)
         return out
 

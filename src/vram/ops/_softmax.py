@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import as_dtype, dtype, float32, float64
-from .._streams import current_handle
+from .._streams import this_thread
 from .._tensor import Tensor, contiguous_strides, dispatch
 from ..driver._work import Arg, Kernel, Launch, Launcher, View
 from ._kernels import KERNEL_DIR, c_type
@@ -151,7 +151,7 @@ class SoftmaxPlan:
 
     def __call__(self, x: Tensor) -> Tensor:
         device = self.device
-        stream = current_handle(device) if device.type != "cpu" else 0
+        stream = this_thread.handles[device]
         result = new_tensor(self.shape, self.stride, self.out, device, self.nbytes, stream)
         if not self.numel:
             return result

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..._device import Device
 from ..._dtypes import all_dtypes, bool_, dtype, float64
-from ..._streams import current_handle
+from ..._streams import this_thread
 from ...driver._work import Arg, Kernel, Launch, View
 from .._plans import PLANS, launcher
 from . import _philox
@@ -156,7 +156,7 @@ class DrawPlan:
             seed, offset = generator._advance(self.increment)
             self.run(0, ptr, seed, offset, 0, *fields)
             return
-        stream = current_handle(device)
+        stream = this_thread.handles[device]
         if _captures[0] and device.driver.stream_capture_info(stream).status != "none":
             offset, state = generator._advance_captured(self.increment, device)
             self.captured(stream, ptr, 0, offset, state, *fields)  # type: ignore[misc]
