@@ -557,6 +557,37 @@ def test_a_block_taken_back_whole_passes_the_peak_its_free_would(size):
         assert stats[1]["inactive_split.all.peak"] == stats[1]["inactive_split.all.current"] + 1
 
 
+@pytest.mark.parametrize("lower_hole", [False, True])
+@pytest.mark.parametrize("also_dropped", ["", "c", "d", "cd"])
+def test_a_hole_taken_back_after_the_index_changed_is_what_its_free_and_malloc_give(
+    lower_hole, also_dropped
+):
+    """A block with no free neighbour, dropped after other requests changed the free-block
+    index, maybe with others dropped before it (freed first: the one next to it, or one
+    apart), then its size asked again: the same pointers and stats as freeing it and asking,
+    also when a free block of its size lies below it (best fit's answer is that one)."""
+    stats, pointers = [], []
+    for dropped in (False, True):
+        allocator = DeviceCachingAllocator(
+            vram.Device("sim", 0), parse_config(""), driver=fresh_sim(1 << 30, None)
+        )
+        stream = streams_of(allocator.driver)[0]
+        a, x, b, c, d = (allocator.malloc(1024, stream) for _ in range(5))  # tiled in order
+        allocator.free(b)
+        b = allocator.malloc(1024, stream)  # the hole, handed out whole
+        allocator.malloc(4096, stream)  # the index changes (from the rest of the segment)
+        if lower_hole:
+            allocator.free(a)  # a free block of its size below it, not next to it
+        others = [{"c": c, "d": d}[name] for name in also_dropped]  # (c is next to b)
+        for ptr in [*others, b]:
+            allocator.free_later(ptr) if dropped else allocator.free(ptr)
+        pointers.append(allocator.malloc(1024, stream))
+        stats.append(allocator.memory_stats())
+    assert pointers[0] == pointers[1]
+    assert stats[0] == stats[1]
+    assert pointers[0] == (a if lower_hole else b)
+
+
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_the_cudamallocasync_backend_gets_the_driver_pools_pointers(workload):
     """backend:cudaMallocAsync against the driver's own pool, asked directly: the same

@@ -82,10 +82,11 @@ class FreesDropped:
         """Run ``work`` under the lock at the allocator's next call (for finalizers)."""
         self._dropped.append(work)
 
-    def _free_dropped(self) -> None:
-        """Free what finalizers dropped since the last call (and run the work they left)."""
+    def _free_dropped(self, keep: int = 0) -> None:
+        """Free what finalizers dropped since the last call (and run the work they left), in
+        the order they dropped it, all but the last ``keep``."""
         dropped = self._dropped
-        while dropped:
+        while len(dropped) > keep:
             item = dropped.popleft()
             if type(item) is not int:
                 item()  # work a finalizer left (``later``)

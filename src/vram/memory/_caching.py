@@ -38,10 +38,17 @@ it puts back exactly that free block, and the malloc's best fit chooses that blo
 and cuts it in the same place: the answer is the block itself. That holds for a block split
 off a larger one (the free merges it with the rest, which nothing has touched) and for one
 handed out whole (a hole of just its size: its neighbours were not free when it was taken,
-and none has become free since, so the free leaves it alone). ``malloc`` hands it out
-again at once, with the stats of the free and of the malloc (``DeviceStats.reuse``), and
-the pool is left as the two steps would leave it. It is a cache of the simple path's
-answer, taken only where nothing else could decide differently. A block has no mark when
+and none has become free since, so the free leaves it alone). A block with no FREE
+neighbour is taken back also when the index has changed since: its free leaves it alone, a
+FREE block of just the request's size, and best fit answers the lowest FREE block of that
+size, which is this one when its size's heap holds no address below it (a stale entry
+there only makes the check refuse); its mark is then set anew. When several blocks were
+dropped, the others are freed first, in their order, as the general path frees them, and
+the last is the one checked: its free is the one that comes right before the malloc.
+``malloc`` hands it out again at once, with the stats of the free and of the malloc
+(``DeviceStats.reuse``), and the pool is left as the two steps would leave it. It is a
+cache of the simple path's answer, taken only where nothing else could decide differently.
+A block has no mark (and is never taken back) when
 it came from growing (best fit did not choose it), from an expandable segment, or is
 oversize; it loses its mark at record_use and record_stream (and when it waited for
 record_use events at its malloc); a settings change forgets every mark; and no block is
@@ -240,27 +247,38 @@ class DeviceCachingAllocator(FreesDropped):
             dropped = self._dropped
             lifetimes = self.lifetimes
             if dropped:
-                if len(dropped) == 1 and self._takes_back and not lifetimes.waiting:
-                    ptr = dropped[0]
+                if self._takes_back:
+                    ptr = dropped[-1]  # (the last dropped: its free comes right before this)
                     block = self._allocated.get(ptr)  # (None for work ``later`` left)
-                    if block is not None and block.size == rounded:
+                    if block is not None and block.size == rounded and block.mark != -1:
                         segment = block.segment
-                        if (
-                            segment.pool is pool
-                            and segment.stream == stream
-                            and pool.index[stream].version == block.mark  # (never -1)
-                        ):  # the take-back: the block is the free and the malloc's answer
-                            dropped.popleft()
-                            rest = block.next
-                            if rest is not None and rest.state == FREE:  # split off it
-                                left, whole = rest.size, block.prev is None and rest.next is None
-                            else:  # handed out whole: it leaves and enters alone
-                                left, whole = 0, block.prev is None and rest is None
-                            self.stats.reuse(
-                                small, rounded, block.requested_size, size, left, whole
-                            )
-                            block.requested_size = size
-                            return ptr
+                        if segment.pool is pool and segment.stream == stream:
+                            if len(dropped) > 1:
+                                self._free_dropped(1)  # the others first, in their order
+                            found = pool.index[stream]
+                            rest, before = block.next, block.prev
+                            left = -1  # (the general path, unless a rule below answers)
+                            if lifetimes.waiting or len(dropped) != 1 or dropped[0] != ptr:
+                                pass  # (frees wait for events, or the others' work dropped more)
+                            elif found.version == block.mark:  # the index as take left it
+                                if rest is not None and rest.state == FREE:  # split off it
+                                    left, whole = rest.size, before is None and rest.next is None
+                                else:  # handed out whole: it leaves and enters alone
+                                    left, whole = 0, before is None and rest is None
+                            elif (rest is None or rest.state != FREE) and (
+                                before is None or before.state != FREE
+                            ):  # a hole of just its size, the lowest of that size: the answer
+                                heap = found.heaps.get(rounded)
+                                if heap is None or heap[0] > ptr:
+                                    left, whole = 0, before is None and rest is None
+                                    block.mark = found.version
+                            if left >= 0:  # the take-back: the free and the malloc's answer
+                                dropped.popleft()
+                                self.stats.reuse(
+                                    small, rounded, block.requested_size, size, left, whole
+                                )
+                                block.requested_size = size
+                                return ptr
                 self._free_dropped()
             if lifetimes.waiting:
                 self._free_completed()
