@@ -252,11 +252,25 @@ class DeviceCachingAllocator(FreesDropped):
                     block = self._allocated.get(ptr)  # (None for work ``later`` left)
                     if block is not None and block.size == rounded and block.mark != -1:
                         segment = block.segment
-                        if segment.pool is pool and segment.stream == stream:
+                        rest, before = block.next, block.prev
+                        if (
+                            segment.pool is pool
+                            and segment.stream == stream
+                            and (
+                                len(dropped) == 1
+                                or (  # (a neighbour free, or freed first: the general path)
+                                    (rest is None or rest.state != FREE and rest.ptr not in dropped)
+                                    and (
+                                        before is None
+                                        or before.state != FREE
+                                        and before.ptr not in dropped
+                                    )
+                                )
+                            )
+                        ):
                             if len(dropped) > 1:
                                 self._free_dropped(1)  # the others first, in their order
                             found = pool.index[stream]
-                            rest, before = block.next, block.prev
                             left = -1  # (the general path, unless a rule below answers)
                             if lifetimes.waiting or len(dropped) != 1 or dropped[0] != ptr:
                                 pass  # (frees wait for events, or the others' work dropped more)
