@@ -173,6 +173,45 @@ def test_same_seed_same_numbers_other_seed_other_numbers():
     assert not np.array_equal(vram.rand(1000).numpy(), a)
 
 
+@pytest.mark.parametrize("shape", [(1000,), (3, 5), (2, 0)])
+@pytest.mark.parametrize("device", [None, "sim:0"])
+def test_randns_remembered_call_draws_what_its_general_path_draws(shape, device):
+    """Note [randn's common call]: the kept plan gives the numbers, dtype, shape and
+    generator offset that the general path (a dtype given) gives, call after call."""
+    where = None if device is None else vram.device(device)
+    generator = vram.cuda.default_generators[0]
+    runs = []
+    for dtype in (vram.float32, None):  # the general path; then the common call (kept)
+        vram.manual_seed(5)
+        calls = [vram.randn(*shape, dtype=dtype, device=where) for _ in range(3)]
+        runs.append(
+            ([(t.dtype, t.shape, t.numpy().tolist()) for t in calls], generator.get_offset())
+        )
+    assert runs[0] == runs[1]
+
+
+def test_randns_kept_plans_follow_the_default_dtype_the_device_and_the_sizes_types():
+    def outcome(call):
+        try:
+            t = call()
+        except Exception as error:  # (whatever the general path does, before and after)
+            return type(error).__name__, str(error)
+        return t.dtype, t.device, t.shape
+
+    bools = outcome(lambda: vram.randn(True, 2))
+    for _ in range(2):
+        assert outcome(lambda: vram.randn(1, 2)) == (vram.float32, vram.device("sim:0"), (1, 2))
+    assert outcome(lambda: vram.randn(True, 2)) == bools  # (True, 2) == (1, 2) as a key
+    vram.set_default_dtype(vram.float64)
+    try:
+        assert outcome(lambda: vram.randn(1, 2))[0] is vram.float64
+    finally:
+        vram.set_default_dtype(vram.float32)
+    with vram.device("sim:1"):
+        assert outcome(lambda: vram.randn(1, 2))[1] == vram.device("sim:1")
+    assert outcome(lambda: vram.randn(1, 2))[1] == vram.device("sim:0")
+
+
 def test_draws_advance_the_offset_by_what_they_consume(sim0):
     vram.manual_seed(7)
     generator = vram.cuda.default_generators[0]

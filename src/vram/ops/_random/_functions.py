@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._device import as_device
+from ..._device import Device, as_device, current_device_obj
 from ..._dtypes import as_dtype, complex64, complex128, dtype, float32, float64, int64
 from ..._tensor import Tensor, as_shape, dispatch
 from .._iterator import has_internal_overlap
@@ -243,8 +243,46 @@ def randn(
     device: Any = None,
 ) -> Tensor:
     """A tensor of standard normal numbers (torch.randn): the default float dtype."""
+    key = None
+    if (
+        generator is None
+        and out is None
+        and dtype is None
+        and (device is None or type(device) is Device)
+        and {*map(type, size)} <= _INTS
+    ):  # the common call: a plan remembered (Note [randn's common call])
+        where = current_device_obj() if device is None else device
+        key = (size, where, get_default_dtype())
+        kept = _randn_kept.get(key)
+        if kept is not None:
+            shape, stride, dt, nbytes, plan, fields = kept
+            t = new_tensor(shape, stride, dt, where, nbytes)
+            plan(default_generator(where), t._storage.ptr, *fields)
+            return t
     t = _new(as_shape(size), dtype, device, out, get_default_dtype())
-    return normal_(t, 0.0, 1.0, generator=generator)
+    normal_(t, 0.0, 1.0, generator=generator)
+    n = math.prod(t._shape)
+    if key is not None and n and t.device == where and t.is_contiguous():
+        if len(_randn_kept) >= _MAX_KEPT:
+            _randn_kept.clear()
+        sampler = "normal64" if t.dtype is float64 else "normal32"
+        plan = draw_plan(NORMAL, sampler, t.dtype, n, where)
+        fields = normal_fields(t.dtype, 0.0, 1.0)
+        _randn_kept[key] = (t._shape, t._stride, t.dtype, n * t.dtype.itemsize, plan, fields)
+    return t
+
+
+# Note [randn's common call]
+# ``randn(*ints)`` with no generator, out or dtype, on the current device or a Device, is
+# what models call every step. Its answer follows from the sizes, the device and the
+# default dtype alone, so the general path's result (the shape, strides and bytes of a new
+# contiguous tensor, its draw plan and the normal's fields) is kept under those: the next
+# such call is one lookup, a new tensor and the draw, which takes the default generator's
+# offset as the general path does. Sizes of any other type (bool and float compare equal
+# to ints) are not keys. Bounded; cleared when full.
+_randn_kept: dict[tuple, tuple] = {}
+_MAX_KEPT = 1024
+_INTS = frozenset((int,))
 
 
 def randn_like(
