@@ -588,6 +588,31 @@ def test_a_hole_taken_back_after_the_index_changed_is_what_its_free_and_malloc_g
     assert pointers[0] == (a if lower_hole else b)
 
 
+@pytest.mark.parametrize("neighbour", ["before", "after"])
+def test_a_dropped_hole_whose_neighbour_was_freed_goes_where_its_free_and_malloc_go(neighbour):
+    """A block taken whole whose neighbour is freed before it is dropped alone: its free
+    merges with that neighbour, and best fit cuts the merged block at its start, so the
+    malloc's answer is the neighbour's address when that comes first (the take-back must
+    not answer the dropped block)."""
+    pointers, stats = [], []
+    for dropped in (False, True):
+        allocator = DeviceCachingAllocator(
+            vram.Device("sim", 0), parse_config(""), driver=fresh_sim(1 << 30, None)
+        )
+        stream = streams_of(allocator.driver)[0]
+        # tiled in order; x of another size, so that no free block of b's size is below b
+        x, b, y, z = (allocator.malloc(size, stream) for size in (2048, 1024, 1024, 1024))
+        allocator.free(b)
+        b = allocator.malloc(1024, stream)  # the hole, handed out whole
+        allocator.free(x if neighbour == "before" else y)
+        allocator.free_later(b) if dropped else allocator.free(b)
+        pointers.append(allocator.malloc(1024, stream))
+        stats.append(allocator.memory_stats())
+    assert pointers[0] == pointers[1]
+    assert stats[0] == stats[1]
+    assert pointers[0] == (x if neighbour == "before" else b)
+
+
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_the_cudamallocasync_backend_gets_the_driver_pools_pointers(workload):
     """backend:cudaMallocAsync against the driver's own pool, asked directly: the same

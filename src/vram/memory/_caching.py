@@ -34,26 +34,23 @@ A dropped tensor's pointer waits in ``_dropped`` until the next call. When that 
 malloc of the block's own rounded size, on its stream and pool, and nothing has entered or
 left the stream's free-block index since ``Pool.take`` handed the block out of the free
 block that best fit chose (the index's ``version`` is the block's ``mark``), then freeing
-it puts back exactly that free block, and the malloc's best fit chooses that block again
-and cuts it in the same place: the answer is the block itself. That holds for a block split
-off a larger one (the free merges it with the rest, which nothing has touched) and for one
-handed out whole (a hole of just its size: its neighbours were not free when it was taken,
-and none has become free since, so the free leaves it alone). A block with no FREE
-neighbour is taken back also when the index has changed since: its free leaves it alone, a
-FREE block of just the request's size, and best fit answers the lowest FREE block of that
-size, which is this one when its size's heap holds no address below it (a stale entry
-there only makes the check refuse); its mark is then set anew. When several blocks were
-dropped, the others are freed first, in their order, as the general path frees them, and
-the last is the one checked: its free is the one that comes right before the malloc.
-``malloc`` hands it out again at once, with the stats of the free and of the malloc
-(``DeviceStats.reuse``), and the pool is left as the two steps would leave it. It is a
-cache of the simple path's answer, taken only where nothing else could decide differently.
-A block has no mark (and is never taken back) when
-it came from growing (best fit did not choose it), from an expandable segment, or is
-oversize; it loses its mark at record_use and record_stream (and when it waited for
-record_use events at its malloc); a settings change forgets every mark; and no block is
-taken back while frees are pending, nor while the event hook, the block finder, garbage
-collection, cross-stream reuse or no_caching is on (``_takes_back``, set where they are).
+it merges back into exactly that free block (split off it, with the rest, which nothing
+has touched), and the malloc's best fit chooses that block again and cuts it in the same
+place: the answer is the block itself. A block with no FREE neighbour is taken back
+whatever the index's version: its free leaves it alone, a FREE block of just the request's
+size, and best fit answers the lowest FREE block of that size, which is this one when its
+size's heap holds no address below it (a stale entry there only makes the check refuse).
+When several blocks were dropped, the others are freed first, in their order, as the
+general path frees them, and the last is the one checked: its free is the one that comes
+right before the malloc. ``malloc`` hands it out again at once, with the stats of the free
+and of the malloc (``DeviceStats.reuse``), and the pool is left as the two steps would
+leave it. It is a cache of the simple path's answer, taken only where nothing else could
+decide differently. A block has no mark (-1: it is never taken back) when it came from
+growing (best fit did not choose it), from an expandable segment, or is oversize; it loses
+its mark at record_use and record_stream (and when it waited for record_use events at its
+malloc); a settings change forgets every mark; and no block is taken back while frees are
+pending, nor while the event hook, the block finder, garbage collection, cross-stream
+reuse or no_caching is on (``_takes_back``, set where they are).
 tests/memory/test_differential.py checks it against the free and the malloc.
 
 Locking: one lock per allocator (``_lock``). Every public method takes it and never calls
@@ -274,18 +271,13 @@ class DeviceCachingAllocator(FreesDropped):
                             left = -1  # (the general path, unless a rule below answers)
                             if lifetimes.waiting or len(dropped) != 1 or dropped[0] != ptr:
                                 pass  # (frees wait for events, or the others' work dropped more)
-                            elif found.version == block.mark:  # the index as take left it
-                                if rest is not None and rest.state == FREE:  # split off it
+                            elif rest is not None and rest.state == FREE:  # split off it
+                                if found.version == block.mark:  # the index as take left it
                                     left, whole = rest.size, before is None and rest.next is None
-                                else:  # handed out whole: it leaves and enters alone
-                                    left, whole = 0, before is None and rest is None
-                            elif (rest is None or rest.state != FREE) and (
-                                before is None or before.state != FREE
-                            ):  # a hole of just its size, the lowest of that size: the answer
-                                heap = found.heaps.get(rounded)
+                            elif before is None or before.state != FREE:  # no free neighbour:
+                                heap = found.heaps.get(rounded)  # the lowest of its size
                                 if heap is None or heap[0] > ptr:
                                     left, whole = 0, before is None and rest is None
-                                    block.mark = found.version
                             if left >= 0:  # the take-back: the free and the malloc's answer
                                 dropped.popleft()
                                 self.stats.reuse(
