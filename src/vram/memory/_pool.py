@@ -252,8 +252,8 @@ class Pool:
         (``split``); else it goes whole. Returns the block and how that changed the free
         blocks of split device allocations (PyTorch's inactive_split): (blocks, bytes).
 
-        (``best_fit``, ``remove`` and ``split`` in one frame: the allocator's cached path
-        runs it on nearly every malloc.)
+        (Given None, ``best_fit``, the removal and ``split`` in one frame: the allocator's
+        cached path runs it on nearly every malloc. A given block leaves by ``remove``.)
         """
         if block is None:  # (``best_fit``, inline: its answer leaves from its heap's top)
             found = self.index.get(stream)
@@ -280,23 +280,11 @@ class Pool:
             heappop(heap)
             if not heap:
                 del heaps[whole], sizes[i]
-        else:
+        else:  # (the find hook's or the oversize rules' answer, or grown memory)
             found = self.index[block.segment.stream]
+            found.remove(block)
             ptr, whole = block.ptr, block.size
-            blocks, heaps = found.blocks, found.heaps
-            del blocks[ptr]  # (_StreamIndex.remove, inline)
-            heap = heaps[whole]
-            if heap[0] == ptr:
-                heappop(heap)
-                if not heap:
-                    del heaps[whole]
-                    sizes = found.sizes
-                    del sizes[bisect_left(sizes, whole)]
-            else:
-                found.stale += 1
-                if found.stale > len(blocks) + 64:
-                    found.rebuild()
-                    heaps = found.heaps  # (the rebuild made new heaps: the rest goes there)
+            blocks, heaps = found.blocks, found.heaps  # (after a rebuild the remove made)
         after = block.next
         was_split = block.prev is not None or after is not None
         if whole - size < min_rest:  # handed out whole
