@@ -3,8 +3,10 @@ weights: ``x + attn(ln_1(x))``, then ``+ mlp(ln_2(x))``.
 
 attn: one linear to q, k and v (split into heads as views), causal scaled dot product
 attention, a linear back. mlp: linear + gelu (tanh form), linear. Every linear has a bias.
-vram's first mlp linear is ``addmm(..., activation="gelu")`` (cuBLASLt's GELU_BIAS
-epilogue); PyTorch's is ``F.gelu(F.linear(...), approximate="tanh")``, as GPT-2's code has it.
+PyTorch's block is GPT-2's code: ``F.gelu(F.linear(...), approximate="tanh")``, and each
+residual ``x + F.linear(...)``. vram's fuses them into cuBLASLt's epilogues: the first mlp
+linear is ``addmm(..., activation="gelu")`` (GELU_BIAS), and each linear back with its
+residual ``addmm(x, h, w.t(), bias=b)`` (C read where it is, BIAS): one GEMM, no add.
 
 ``decoder_rows`` times both per block, interleaved round by round: host µs (the wall time of
 ``blocks`` calls with no synchronize inside, over ``blocks``) and device µs (events around
@@ -63,7 +65,7 @@ def vram_block(weights: dict[str, np.ndarray], device: Any, heads: int = HEADS) 
         for name, value in weights.items()
     }
     functional = vram.nn.functional
-    fc_t = w["fc.weight"].t()
+    proj_t, fc_t, mlp_proj_t = (w[f"{name}.weight"].t() for name in ("proj", "fc", "mlp_proj"))
 
     def block(x: vram.Tensor) -> vram.Tensor:
         b, t, d = x.shape
@@ -71,11 +73,11 @@ def vram_block(weights: dict[str, np.ndarray], device: Any, heads: int = HEADS) 
         qkv = functional.linear(h, w["attn.weight"], w["attn.bias"])
         qkv = qkv.view(b, t, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
         a = functional.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
-        a = a.transpose(1, 2).reshape(b, t, d)
-        x = x + functional.linear(a, w["proj.weight"], w["proj.bias"])
+        a = a.transpose(1, 2).reshape(b * t, d)
+        x = vram.addmm(x.view(b * t, d), a, proj_t, bias=w["proj.bias"])  # x + linear(a)
         h = functional.layer_norm(x, (d,), w["ln_2.weight"], w["ln_2.bias"])
-        h = vram.addmm(w["fc.bias"], h.view(b * t, d), fc_t, activation="gelu")
-        return x + functional.linear(h, w["mlp_proj.weight"], w["mlp_proj.bias"]).view(b, t, d)
+        h = vram.addmm(w["fc.bias"], h, fc_t, activation="gelu")
+        return vram.addmm(x, h, mlp_proj_t, bias=w["mlp_proj.bias"]).view(b, t, d)
 
     return block
 

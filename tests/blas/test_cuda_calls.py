@@ -156,7 +156,7 @@ class ReferenceBlas:
 
     def lt_matmul(self, lt, desc, alpha, a, la, b, lb, beta, c, lc, d, ld, algo, ws, wsb, stream):
         info = self.descs[desc]
-        assert c == d and lc == ld
+        assert lc == ld  # (C is D, or a residual of D's layout)
         assert (ws != 0) == (wsb > 0)
         al, be = self._scalars(alpha, info["scale"])
         A = self._matrix(a, self.layouts[la]).astype(np.float64)
@@ -180,7 +180,8 @@ class ReferenceBlas:
         result = _act(result, 1 if "RELU" in epilogue else 2 if "GELU" in epilogue else 0)
         D[...] = result.astype(D.dtype)
         algo = int(np.frombuffer(ctypes.string_at(algo, 8), np.uint64)[0])
-        self.calls.append(("lt", {**info, "algo": algo, "workspace_bytes": wsb}))
+        residual = {} if c == d else {"C": c}  # (a residual's C: the input where it is)
+        self.calls.append(("lt", {**info, "algo": algo, "workspace_bytes": wsb, **residual}))
 
     def _gemm(
         self,
@@ -428,6 +429,44 @@ def test_a_full_bias_is_copied_into_out_and_activation_follows_cublas(ref):
         run(out, a, b, bias, beta=0.5, activation=2), _act(0.5 * host(bias) + host(a) @ host(b), 2)
     )
     assert ref.calls[-1][0] == "lt" and _EPILOGUES[ref.calls[-1][1]["EPILOGUE"]] == "GELU"
+
+
+@pytest.mark.parametrize("library", ["cublaslt", "cublas"])
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+@pytest.mark.parametrize("beta", [1, 0.5])
+def test_a_residual_and_a_bias_row_are_one_cublaslt_call(ref, library, activation, beta):
+    vram.backends.cuda.preferred_blas_library(library)
+    a, b, x, row = rand((6, 5), 17), rand((5, 7), 18), rand((6, 7), 19), rand((7,), 20)
+    code = (None, "relu", "gelu").index(activation)
+    want = _act(beta * host(x) + host(a) @ host(b) + host(row), code)
+    for _ in range(3):  # the checked call, then the remembered plan's
+        out = vram.addmm(x, a, b, beta=beta, activation=activation, bias=row)
+        expect(out, want)
+    assert [kind for kind, _ in ref.calls] == ["lt"] * 3  # (nothing else: no copy of x)
+    info = ref.calls[-1][1]
+    assert (info["C"], info["BIAS_POINTER"]) == (x.data_ptr(), row.data_ptr())
+    assert _EPILOGUES[info["EPILOGUE"]] == ("BIAS", "RELU_BIAS", "GELU_BIAS")[code]
+
+
+@pytest.mark.parametrize("activation", [None, "relu"])
+def test_a_residual_of_another_layout_is_copied_and_its_row_added(ref, activation):
+    a, b, x, row = rand((6, 5), 25), rand((5, 7), 26), rand((7, 6), 27).t(), rand((7,), 28)
+    code = (None, "relu").index(activation)
+    for _ in range(2):
+        out = vram.addmm(x, a, b, activation=activation, bias=row)
+        expect(out, _act(host(x) + host(a) @ host(b) + host(row), code))
+    assert [kind for kind, _ in ref.calls] == ["lt"] * 2
+    assert "C" not in ref.calls[-1][1]  # (x copied into out: C is out)
+
+
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_a_residual_without_a_fused_algorithm_is_copied_and_its_row_added(ref, activation):
+    ref.algorithms = 0  # (cuBLASLt's heuristic finds nothing: cuBLAS, then the pointwise ops)
+    a, b, x, row = rand((6, 5), 21), rand((5, 7), 22), rand((6, 7), 23), rand((7,), 24)
+    code = (None, "relu", "gelu").index(activation)
+    out = vram.addmm(x, a, b, beta=2.0, activation=activation, bias=row)
+    expect(out, _act(2 * host(x) + host(a) @ host(b) + host(row), code))
+    assert [kind for kind, _ in ref.calls] == ["cublas"]
 
 
 def test_in_place_accumulation_reads_out(ref):

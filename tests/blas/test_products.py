@@ -103,6 +103,65 @@ def test_addmm_with_epilogues(sim0, dt):
     check(vram.addmm(*args, beta=0.5, alpha=2.0, activation="gelu"), gelu, dt)
 
 
+RESIDUALS = {  # name -> (input's shape, bias's shape, transposed input): fused or not
+    "residual and row": ((6, 7), (7,), False),  # one library call
+    "residual and a [1, N] row": ((6, 7), (1, 7), False),
+    "transposed residual": ((6, 7), (7,), True),  # not out's layout: the product, then the row
+    "row input, column bias": ((7,), (6, 1), False),
+    "broadcast input row": ((1, 7), (7,), False),
+}
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("form", list(RESIDUALS))
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+@pytest.mark.parametrize("beta", [1, 0.5, 0])
+def test_addmm_bias_adds_a_row_to_the_product_and_input(sim0, dt, form, activation, beta):
+    """``addmm(x, a, b, bias=r)`` is ``act(beta * x + a @ b + r)`` in every form: the
+    residual and row of one library call, and the rest (the product, then the row); the
+    remembered plan's calls equal the checked one's."""
+    in_shape, bias_shape, transposed = RESIDUALS[form]
+    x = rand(in_shape[::-1] if transposed else in_shape, dt, 30)  # (stored [N, M], read .t())
+    a, b, r = rand((6, 5), dt, 31), rand((5, 7), dt, 32), rand(bias_shape, dt, 33)
+    x_dev = on(sim0, x).t() if transposed else on(sim0, x)
+    x_exact = exact(x).T if transposed else exact(x)
+    want = beta * x_exact + 1.5 * (exact(a) @ exact(b)) + exact(r)
+    if activation == "relu":
+        want = np.maximum(want, 0)
+    elif activation == "gelu":
+        want = 0.5 * want * (1 + np.tanh(np.sqrt(2 / np.pi) * (want + 0.044715 * want**3)))
+    args = (x_dev, on(sim0, a), on(sim0, b))
+    calls = [
+        vram.addmm(*args, beta=beta, alpha=1.5, activation=activation, bias=on(sim0, r))
+        for _ in range(3)
+    ]
+    for got in calls:
+        assert got.shape == (6, 7) and got.stride() == (7, 1)
+        check(got, want, dt)
+        np.testing.assert_array_equal(got.numpy(), calls[0].numpy())
+
+
+def test_addmm_bias_with_out_k_zero_and_bad_arguments(sim0):
+    dt = vram.float32
+    x, r = on(sim0, rand((3, 2), dt, 40)), on(sim0, rand((2,), dt, 41))
+    a, b = on(sim0, rand((3, 4), dt, 42)), on(sim0, rand((4, 2), dt, 43))
+    out = vram.empty((3, 2), device=sim0)
+    assert vram.addmm(x, a, b, bias=r, out=out) is out
+    check(out, exact(x.numpy()) + exact(a.numpy()) @ exact(b.numpy()) + exact(r.numpy()), dt)
+    in_place = x.clone()  # out is input: read before it is written
+    vram.addmm(in_place, a, b, beta=2, bias=r, out=in_place)
+    check(in_place, 2 * exact(x.numpy()) + exact(a.numpy()) @ exact(b.numpy()) + r.numpy(), dt)
+    empty_k = vram.addmm(x, vram.empty((3, 0), device=sim0), vram.empty((0, 2), device=sim0),
+                         bias=r, activation="relu")  # fmt: skip
+    check(empty_k, np.maximum(exact(x.numpy()) + exact(r.numpy()), 0), dt)
+    with pytest.raises(RuntimeError, match=r"addmm: 'bias' of shape \(3,\) cannot be broadcast"):
+        vram.addmm(x, a, b, bias=vram.ones(3, device=sim0))
+    with pytest.raises(TypeError, match="addmm: argument 'bias'"):
+        vram.addmm(x, a, b, bias=[1.0, 2.0])
+    with pytest.raises(RuntimeError, match="bias"):
+        vram.addmm(x, a, b, bias=vram.ones(2, dtype=vram.float16, device=sim0))
+
+
 def test_addmm_beta_zero_ignores_nan_in_input(sim0):
     a, b = rand((3, 4), vram.float32, 13), rand((4, 2), vram.float32, 14)
     bias = vram.full((3, 2), float("nan"), device=sim0)

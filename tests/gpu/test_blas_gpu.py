@@ -109,6 +109,42 @@ def test_addmm_epilogues(library, dt, activation):
         check(got, ref, dt, 1e-11 if activation == "gelu" and dt == vram.float64 else None)
 
 
+@pytest.mark.parametrize("library", LIBRARIES)
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+def test_addmm_bias_with_a_residual(library, dt, activation):
+    """``addmm(x, a, b, bias=r)``: a residual of the result's layout and a row are one
+    cuBLASLt call (C read where it is, the row the BIAS epilogue's); a transposed residual
+    takes the product, then the row. Against NumPy, and against PyTorch's
+    ``x + F.linear(...)`` where it is installed."""
+    vram.backends.cuda.preferred_blas_library(library)
+    a, w = rand((64, 96), dt, 20), rand((48, 96), dt, 21)
+    x, r = rand((64, 48), dt, 22), rand((48,), dt, 23)
+    ex, ea, ew, er = (v.astype(np.float64) for v in (x, a, w, r))
+    for residual, exact_residual, beta in (
+        (gpu(x), ex, 1),
+        (gpu(x), ex, 0.5),
+        (gpu(np.ascontiguousarray(x.T)).t(), ex, 1),  # (not out's layout: not fused)
+    ):
+        ref = beta * exact_residual + ea @ ew.T + er
+        if activation == "relu":
+            ref = np.maximum(ref, 0)
+        elif activation == "gelu":
+            ref = 0.5 * ref * (1 + np.tanh(np.sqrt(2 / np.pi) * (ref + 0.044715 * ref**3)))
+        for _ in range(2):  # the checked call, then the remembered plan's
+            got = vram.addmm(residual, gpu(a), gpu(w).t(), beta=beta, activation=activation,
+                             bias=gpu(r))  # fmt: skip
+            check(got, ref, dt, 1e-11 if activation == "gelu" and dt == vram.float64 else None)
+    torch = pytest.importorskip("torch")
+    if dt is vram.float64 or activation is not None:
+        return
+    tdt = getattr(torch, dt.name)
+    tx, ta, tw, tr = (torch.from_numpy(v.astype(np.float32)).cuda().to(tdt) for v in (x, a, w, r))
+    want = (tx + torch.nn.functional.linear(ta, tw, tr)).float().cpu().numpy()
+    got = vram.addmm(gpu(x), gpu(a), gpu(w).t(), bias=gpu(r)).numpy().astype(np.float32)
+    check(got.astype(dt.np), want.astype(np.float64), dt)
+
+
 def test_linear_and_baddbmm():
     dt = vram.bfloat16
     x, w, bias = rand((4, 16, 256), dt, 10), rand((512, 256), dt, 11), rand((512,), dt, 12)

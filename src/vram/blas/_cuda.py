@@ -17,9 +17,12 @@ Which library (``vram.backends.cuda.preferred_blas_library()``, read when a plan
   with ``cublasSetStream``, ``cublasSetWorkspace`` and the math mode set on each call.
 - Either way, ``addmm`` with a bias row vector and beta == 1 runs as one cuBLASLt call with
   a BIAS (RELU_BIAS, GELU_BIAS) epilogue, as PyTorch's gemm_and_bias; an activation
-  without it is cuBLASLt's RELU/GELU epilogue. What a plan does not do itself it says
-  (``takes_bias``, ``applies_activation``), and ``_ops`` does it around the call: the bias
-  copied into out first, the activation after (cuBLAS has no epilogue).
+  without it is cuBLASLt's RELU/GELU epilogue. ``addmm(input, ..., bias=row)`` (a residual
+  ``input`` of out's layout and a bias row, ROW_C) is one cuBLASLt call too: C is ``input``,
+  read where it is, D the new result, the row the BIAS epilogue's. What a plan does not do
+  itself it says (``takes_bias``, ``applies_activation``), and ``_ops`` does it around the
+  call: the bias copied into out first, a residual's row added after, the activation last
+  (cuBLAS has no epilogue).
 - With TunableOp enabled, the problem's remembered candidate (``_ops`` tunes; ``candidates``
   and ``time_ms`` are this library's answers).
 
@@ -56,9 +59,13 @@ from ._workspace import (
 if TYPE_CHECKING:
     from ._ops import GemmSpec
 
-__all__ = ["plan", "run", "candidates", "time_ms", "library", "flag", "NO_BETA", "BETA", "ROW"]
+__all__ = [
+    "plan", "run", "candidates", "time_ms", "library", "flag", "NO_BETA", "BETA", "ROW", "ROW_C",
+]  # fmt: skip
 
-NO_BETA, BETA, ROW = 0, 1, 2  # a spec's bias: none, beta times out, a row fused as BIAS
+# a spec's beta term: none, beta times out, a row fused as BIAS, or beta times C (a matrix of
+# out's layout, read where it is) with a row fused as BIAS (addmm's ``bias=``)
+NO_BETA, BETA, ROW, ROW_C = 0, 1, 2, 3
 _SCALE = {  # dtype -> (NumPy scale type, compute type name, cudaDataType of the scale)
     float32: (np.float32, "32F", "float32"),
     float16: (np.float32, "32F", "float32"),
@@ -103,6 +110,7 @@ def run(
     pa: int,
     pb: int,
     pbias: int,
+    prow: int,
     alpha: Any,
     beta: Any,
     workspace: int,
@@ -110,7 +118,7 @@ def run(
     found: Any,
 ) -> None:
     """``_ops.GEMM`` on a GPU: the plan ``found`` (``plan``'s) queued on ``stream``."""
-    found.run(stream, po, pa, pb, pbias, alpha, beta, workspace)
+    found.run(stream, po, pa, pb, pbias, prow, alpha, beta, workspace)
 
 
 # ---- making a plan ---------------------------------------------------------------------------
@@ -121,7 +129,7 @@ def plan(driver: Any, device: int, spec: GemmSpec) -> _LtPlan | _BlasPlan:
     preferred library's default; 0: cuBLAS (or, for a fused bias, cuBLASLt's first
     heuristic); i >= 1: cuBLASLt's i-th)."""
     call, dt, algo = spec.call, spec.dtype, spec.algo
-    fused = spec.bias == ROW
+    fused = spec.bias >= ROW
     tf32 = flag(dt)
     if algo == -1:
         algo = 1 if fused or _backends.preferred_blas_library() == "cublaslt" else 0
@@ -132,6 +140,8 @@ def plan(driver: Any, device: int, spec: GemmSpec) -> _LtPlan | _BlasPlan:
                   spec.align)  # fmt: skip
     if lt is not None:
         return lt
+    if spec.bias == ROW_C:  # no fused algorithm: input copied into out, the product, then
+        return _BlasPlan(call, dt, driver, device, BETA, tf32)  # the row and act (``_ops``)
     if fused:  # no fused algorithm: the bias copied into out, then the product
         lt = _lt_plan(call, dt, driver, device, BETA, spec.activation, 0, tf32, spec.align)
         return lt or _BlasPlan(call, dt, driver, device, BETA, tf32)
@@ -159,7 +169,7 @@ def _lt_plan(
     max_workspace = cublaslt_workspace_size(props.major, props.minor)
     _cublas.use_device(device)
     lt = _cublas.lt_handle(device)
-    desc, layouts = _lt_descriptors(call, dt, bias == ROW, activation, tf32)
+    desc, layouts = _lt_descriptors(call, dt, bias >= ROW, activation, tf32)
     count = 1 if index == 0 else _tunable.LT_CANDIDATES
     pref = _cublas.matmul_preference(
         max_workspace, (align, align, align, align), _reduced_precision_ok(dt, tf32)
@@ -224,7 +234,7 @@ class _LtPlan:
     __slots__ = (
         "swap", "lt", "desc", "layouts", "la", "lb", "lc", "algo", "algo_ptr",
         "ws_bytes", "workspace", "scalars", "alpha_ptr", "beta_ptr", "beta_mode", "fused",
-        "bias_ptr", "bias_attr", "alpha", "beta", "takes_bias",
+        "bias_ptr", "bias_attr", "alpha", "beta", "takes_bias", "reads_c",
     )  # fmt: skip
 
     applies_activation = True  # (the epilogue)
@@ -258,7 +268,8 @@ class _LtPlan:
         self.alpha_ptr = self.scalars.ctypes.data
         self.beta_ptr = self.alpha_ptr + self.scalars.itemsize
         self.beta_mode = bias
-        self.fused = bias == ROW
+        self.fused = bias >= ROW
+        self.reads_c = bias == ROW_C  # (C is the input where it is, the row the epilogue's)
         self.takes_bias = self.fused
         self.bias_ptr = 0
         self.bias_attr = _cublas.PointerAttribute(desc, "BIAS_POINTER") if self.fused else None
@@ -270,14 +281,21 @@ class _LtPlan:
         pa: int,
         pb: int,
         pbias: int,
+        prow: int,
         alpha: Any,
         beta: Any,
         workspace: int,
     ) -> None:
         """cublasLtMatmul: ``out = act(alpha * a @ b + beta * out)``, or with the bias row
-        ``pbias`` added by the epilogue when fused."""
+        ``pbias`` added by the epilogue when fused; ROW_C: ``act(alpha * a @ b + beta * C +
+        row)``, C at ``pbias``, the row at ``prow``."""
         if alpha != self.alpha:
             self.scalars[0] = self.alpha = alpha
+        pc = po
+        if self.reads_c:
+            pc, pbias = pbias, prow
+            if beta != self.beta:
+                self.scalars[1] = self.beta = beta
         if self.fused:
             if pbias != self.bias_ptr:
                 self.bias_attr.set(pbias)
@@ -288,7 +306,7 @@ class _LtPlan:
         if self.swap:
             pa, pb = pb, pa
         _cublas.lt_matmul(
-            self.lt, self.desc, self.alpha_ptr, pa, self.la, pb, self.lb, self.beta_ptr, po, lc,
+            self.lt, self.desc, self.alpha_ptr, pa, self.la, pb, self.lb, self.beta_ptr, pc, lc,
             po, lc, self.algo_ptr, workspace, self.ws_bytes, stream,
         )  # fmt: skip
 
@@ -335,6 +353,7 @@ class _BlasPlan:
         pa: int,
         pb: int,
         pbias: int,
+        prow: int,
         alpha: Any,
         beta: Any,
         workspace: int,
@@ -380,7 +399,7 @@ def candidates(driver: Any, device: int, spec: GemmSpec) -> list[int]:
     lt = _cublas.lt_handle(device)
     dt = spec.dtype
     tf32 = flag(dt)
-    desc, layouts = _lt_descriptors(spec.call, dt, spec.bias == ROW, spec.activation, tf32)
+    desc, layouts = _lt_descriptors(spec.call, dt, spec.bias >= ROW, spec.activation, tf32)
     align = spec.align
     pref = _cublas.matmul_preference(
         cublaslt_workspace_size(props.major, props.minor),

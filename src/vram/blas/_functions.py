@@ -36,7 +36,7 @@ from ..backends import cuda as _backends
 from ..ops._plans import new_tensor, stream_handle
 from ..ops._pointwise import signature_id
 from . import _checks, _tunable
-from ._ops import GEMM_DTYPES, gemm, plan_for, product_plan
+from ._ops import GEMM_DTYPES, fuses_residual, gemm, plan_for, product_plan
 
 __all__ = ["mm", "matmul", "bmm", "addmm", "baddbmm"]
 
@@ -214,10 +214,16 @@ def addmm(
     alpha: float = 1,
     out: Tensor | None = None,
     activation: str | None = None,
+    bias: Tensor | None = None,
 ) -> Tensor:
-    """``act(beta * input + alpha * (mat1 @ mat2))`` (torch.addmm; ``activation`` "relu" or
-    "gelu" is PyTorch's ``_addmm_activation``, fused into cuBLASLt's epilogue where it can
-    be). ``input`` broadcasts to [M, N]; with ``beta == 0`` it is not read."""
+    """``act(beta * input + alpha * (mat1 @ mat2) + bias)`` (torch.addmm; ``activation``
+    "relu" or "gelu" is PyTorch's ``_addmm_activation``, fused into cuBLASLt's epilogue
+    where it can be). ``input`` broadcasts to [M, N]; with ``beta == 0`` it is not read.
+
+    ``bias`` (vram's, None by default) broadcasts to [M, N] too. With ``input`` a residual
+    of the result's shape and ``bias`` a row of N, the three are one cuBLASLt call (C read
+    where it is, the row its BIAS epilogue's): ``x + F.linear(h, w, b)`` is
+    ``addmm(x, h, w.t(), bias=b)`` with one result, one kernel."""
     key = None
     if (
         out is None
@@ -229,11 +235,20 @@ def addmm(
             pa = mat1._storage.ptr + mat1._offset * mat1.dtype.itemsize
             pb = mat2._storage.ptr + mat2._offset * mat2.dtype.itemsize
             pc = input._storage.ptr + input._offset * input.dtype.itemsize
-            key = (
-                mat1._sig or signature_id(mat1), mat2._sig or signature_id(mat2),
-                input._sig or signature_id(input), (pa | pb | pc) & _ALIGN_MASK, beta, alpha,
-                activation, _backends.generation, _tunable.state.generation,
-            )  # fmt: skip
+            if bias is None:
+                key = (
+                    mat1._sig or signature_id(mat1), mat2._sig or signature_id(mat2),
+                    input._sig or signature_id(input), (pa | pb | pc) & _ALIGN_MASK, beta,
+                    alpha, activation, _backends.generation, _tunable.state.generation,
+                )  # fmt: skip
+            else:
+                pr = bias._storage.ptr + bias._offset * bias.dtype.itemsize
+                key = (
+                    mat1._sig or signature_id(mat1), mat2._sig or signature_id(mat2),
+                    input._sig or signature_id(input), (pa | pb | pc | pr) & _ALIGN_MASK,
+                    beta, alpha, activation, _backends.generation, _tunable.state.generation,
+                    bias._sig or signature_id(bias),
+                )  # fmt: skip
         except AttributeError:
             key = None
         found = _plans.add.get(key)  # type: ignore[arg-type]
@@ -244,11 +259,17 @@ def addmm(
             result = new_tensor(shape, stride, input.dtype, device, nbytes, stream, sig)
             po = result._storage.ptr
             if not po & _ALIGN_MASK:  # (else less aligned than the plan may assume: checked)
-                plan.run(result, mat1, mat2, input, checked_beta, checked_alpha, pa, pb, pc, po,
-                         stream)  # fmt: skip
+                if bias is None:
+                    plan.run(result, mat1, mat2, input, checked_beta, checked_alpha, pa, pb,
+                             pc, po, stream)  # fmt: skip
+                else:
+                    plan.run(result, mat1, mat2, input, checked_beta, checked_alpha, pa, pb,
+                             pc, po, stream, bias, pr)  # fmt: skip
                 return result
     names = ("input", "mat1", "mat2")
-    return _add_product("addmm", names, input, mat1, mat2, beta, alpha, out, 2, activation, key)
+    return _add_product(
+        "addmm", names, input, mat1, mat2, beta, alpha, out, 2, activation, key, row=bias
+    )
 
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
@@ -330,9 +351,11 @@ def _add_product(
     activation: str | None,
     key: tuple | None = None,
     linear_shape: tuple[int, ...] | None = None,
+    row: Any = None,
 ) -> Tensor:
     """The checked product; with ``key`` (no ``out``), its plan remembered under it for
-    ``addmm`` (or for ``linear``, whose results have ``linear_shape``)."""
+    ``addmm`` (or for ``linear``, whose results have ``linear_shape``); ``row``: addmm's
+    ``bias``."""
     bias = _checks.tensor_arg(op, names[0], bias)
     _check_pair(op, names[1:], a, b, ndim)
     _checks.same_dtype_and_device(op, [(names[1], a), (names[0], bias)])
@@ -341,18 +364,30 @@ def _add_product(
     act = _checks.activation_code(op, activation)
     shape = (*a.shape[:-1], b.shape[-1])
     _checks.bias_broadcasts(op, names[0], bias, shape)
+    read = [bias]
+    if row is not None:
+        row = _checks.tensor_arg(op, "bias", row)
+        _checks.same_dtype_and_device(op, [(names[1], a), ("bias", row)])
+        _checks.bias_broadcasts(op, "bias", row, shape)
+        read.append(row)
     inputs = [(names[1], a), (names[2], b)]
     target, final = _result(op, out, shape, a, inputs)
-    if final is None and out is not None and _checks.needs_temp(target, [bias]):
+    if final is None and out is not None and _checks.needs_temp(target, read):
         # input overlaps out without being out: read it before out is written
         target, final = Tensor._empty(shape, a.dtype, a.device), out
     if not math.prod(shape):
         return _finish(target, final)
-    if key is None or out is not None or not a.shape[-1]:
-        gemm(target, a, b, bias, beta, alpha, act)
+    if (
+        key is None
+        or out is not None
+        or not a.shape[-1]
+        or row is not None
+        and (beta == 0 or not fuses_residual(target, bias, row))
+    ):
+        gemm(target, a, b, bias, beta, alpha, act, -1, row)
         return _finish(target, final)
     pa, pb, po = a.data_ptr(), b.data_ptr(), target.data_ptr()
-    plan = plan_for(target, a, b, bias, beta, act, -1, pa | pb | po)
+    plan = plan_for(target, a, b, bias, beta, act, -1, pa | pb | po, row)
     if not po & _ALIGN_MASK and (linear_shape is None or plan.reads_pointers_only):
         # (a plan for a less aligned result is not what the key's next calls may assume)
         final_shape = linear_shape or shape
@@ -361,8 +396,11 @@ def _add_product(
         sig = signature_id(target if linear_shape is None else target.view(final_shape))
         plans = _plans.add if linear_shape is None else _plans.linear
         _remember(plans, key, (plan, final_shape, stride, nbytes, sig, beta, alpha))
-    pc = bias.data_ptr()
-    plan.run(target, a, b, bias, beta, alpha, pa, pb, pc, po, stream_handle(target.device))
+    pc, handle = bias.data_ptr(), stream_handle(target.device)
+    if row is None:
+        plan.run(target, a, b, bias, beta, alpha, pa, pb, pc, po, handle)
+    else:
+        plan.run(target, a, b, bias, beta, alpha, pa, pb, pc, po, handle, row, row.data_ptr())
     return target
 
 

@@ -1,10 +1,13 @@
-"""The GEMM, declared once: ``out = act(alpha * (a @ b) + beta * bias)`` through the kernel
-seam, and the plans that run it on every device.
+"""The GEMM, declared once: ``out = act(alpha * (a @ b) + beta * bias + row)`` through the
+kernel seam, and the plans that run it on every device.
 
 - ``a`` [.., M, K] and ``b`` [.., K, N] (2-D, or 3-D with one batch dimension that may be 1
   in either), ``bias`` broadcastable to ``out``; ``beta == 0`` means ``bias`` is not read
-  (so ``mm`` passes ``out`` itself). ``activation``: 0 none, 1 relu, 2 gelu (tanh
-  approximation, as cuBLASLt's GELU epilogue). All four tensors share one float dtype.
+  (so ``mm`` passes ``out`` itself). ``row`` (addmm's ``bias=``, usually None) broadcasts
+  to ``out`` too: with ``bias`` a residual of out's layout and ``row`` one row of N, both
+  are one cuBLASLt call (C read where it is, the row the BIAS epilogue's).
+  ``activation``: 0 none, 1 relu, 2 gelu (tanh approximation, as cuBLASLt's GELU
+  epilogue). All the tensors share one float dtype.
 - ``algo`` names the algorithm: -1 lets vram choose (TunableOp's result when enabled, else
   the preferred library's default), 0 is TunableOp's "Default", i >= 1 its i-th other
   candidate (see ``_tunable``).
@@ -49,11 +52,11 @@ from .._tensor import Tensor
 from ..backends import cuda as _backends
 from ..driver._work import Launch, LibraryCall, Query, View
 from ..memory import current_workspace
-from ..ops._math import UNARY, copy_, fill_, mul
+from ..ops._math import UNARY, add, copy_, fill_, mul
 from ..ops._plans import ask, launcher, stream_handle
 from ..ops._pointwise import run as pointwise
 from . import _cuda, _tunable
-from ._cuda import BETA, NO_BETA, ROW
+from ._cuda import BETA, NO_BETA, ROW, ROW_C
 from ._layout import GemmCall, plan_call
 
 __all__ = [
@@ -78,7 +81,9 @@ _GELU_BETA = np.sqrt(2.0 / np.pi)
 _GELU_KAPPA = 0.044715
 _MAX_PLANS = 512  # per thread; the oldest is dropped beyond
 _MAX_ALIGN = 256  # bytes: the largest alignment a plan asks about
-_NO_BIAS, _BIAS_IS_OUT, _BIAS = 0, 1, 2  # how the beta term is formed
+# how the beta term is formed: none, out itself, a tensor copied into out first (or fused as
+# a row), a residual of out's layout read where it is with a row fused (addmm's ``bias=``)
+_NO_BIAS, _BIAS_IS_OUT, _BIAS, _RESIDUAL = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +113,10 @@ def numpy_gemm(
     alpha: float,
     activation: int = 0,
     algo: int = 0,
+    row: np.ndarray | None = None,
 ) -> None:
-    """``out[...] = act(alpha * a @ b + beta * bias)`` in fp32 (fp64), as candidate ``algo``."""
+    """``out[...] = act(alpha * a @ b + beta * bias + row)`` in fp32 (fp64), as candidate
+    ``algo``."""
     acc = np.float64 if out.dtype == np.float64 else np.float32
     a_acc, b_acc = a.astype(acc, copy=False), b.astype(acc, copy=False)
     k = a.shape[-1]
@@ -127,6 +134,8 @@ def numpy_gemm(
             result *= acc(alpha)
         if beta != 0:
             result += acc(beta) * bias.astype(acc, copy=False)
+        if row is not None:
+            result += row.astype(acc, copy=False)
         if activation == 1:
             np.maximum(result, acc(0), out=result)
         elif activation == 2:
@@ -155,13 +164,16 @@ def _reference(
     a: np.ndarray,
     b: np.ndarray,
     bias: np.ndarray,
+    row: np.ndarray | int,
     alpha: Any,
     beta: Any,
     workspace: int,
     activation: int,
     found: _ReferencePlan,
 ) -> None:
-    numpy_gemm(out, a, b, bias, beta, alpha, activation, found.algo)
+    """(``row``: the row's array, or the pointer 0 of a plan without one)"""
+    row = None if type(row) is int else row
+    numpy_gemm(out, a, b, bias, beta, alpha, activation, found.algo, row)
 
 
 GEMM = LibraryCall("gemm", _cuda.run, _reference)
@@ -198,23 +210,51 @@ def gemm(
     alpha: float,
     activation: int,
     algo: int = -1,
+    row: Tensor | None = None,
 ) -> Tensor:
-    """Queue ``out = act(alpha * a @ b + beta * bias)`` on the current stream of out's device.
+    """Queue ``out = act(alpha * a @ b + beta * bias + row)`` on the current stream of out's
+    device.
 
     The arguments are checked already (``_checks``); K may be 0 (then only the bias term is
-    computed), but not M or N."""
+    computed), but not M or N. ``row`` broadcasts to out (None: no row)."""
     if bias is None:
         bias, beta = out, 0.0
     if 0 in out.shape:
         return out
+    if row is not None:
+        if beta == 0:  # the row is the only bias (linear's problem)
+            bias, beta, row = row, 1.0, None
+        elif not fuses_residual(out, bias, row):  # the product, then the row, then act
+            gemm(out, a, b, bias, beta, alpha, 0, algo)
+            add(out, row, out=out)
+            if activation:
+                _activate(out, activation)
+            return out
     if a.shape[-1] == 0:
-        _bias_only(out, bias, beta, activation)
+        _bias_only(out, bias, beta, activation, row)
         return out
     pa, pb, po = a.data_ptr(), b.data_ptr(), out.data_ptr()
     pc = po if bias is out else bias.data_ptr()
-    found = plan_for(out, a, b, bias, beta, activation, algo, pa | pb | po)
-    found.run(out, a, b, bias, beta, alpha, pa, pb, pc, po, stream_handle(out.device))
+    found = plan_for(out, a, b, bias, beta, activation, algo, pa | pb | po, row)
+    handle = stream_handle(out.device)
+    if row is None:
+        found.run(out, a, b, bias, beta, alpha, pa, pb, pc, po, handle)
+    else:
+        found.run(out, a, b, bias, beta, alpha, pa, pb, pc, po, handle, row, row.data_ptr())
     return out
+
+
+def fuses_residual(out: Tensor, bias: Tensor, row: Tensor) -> bool:
+    """May ``act(alpha * a @ b + beta * bias + row)`` be one library call? ``bias`` a
+    residual of out's shape and strides (not out itself), ``row`` one contiguous row of N
+    values, out a matrix."""
+    return (
+        bias is not out
+        and out.ndim == 2
+        and bias.shape == out.shape
+        and bias.stride() == out.stride()
+        and _is_bias_row(row, out.shape[-1])
+    )
 
 
 def product_plan(out: Tensor, a: Tensor, b: Tensor, pointers: int) -> Any:
@@ -236,14 +276,19 @@ def plan_for(
     activation: int,
     algo: int,
     pointers: int,
+    row: Tensor | None = None,
 ) -> Any:
     """This thread's cached plan of the problem (made on first sight; M, N and K > 0).
 
     ``pointers`` is the bitwise or of a's, b's and out's data pointers (their alignment is
     part of the problem). The plan's ``run(out, a, b, bias, beta, alpha, pa, pb, pc, po,
     handle)`` queues the product on the stream ``handle`` (the current one's), ``pa`` to
-    ``po`` the data pointers of a, b, bias and out."""
-    if beta == 0:
+    ``po`` the data pointers of a, b, bias and out; with a ``row`` (``fuses_residual``
+    holds, beta != 0), ``run(..., handle, row, prow)``."""
+    if row is not None:
+        mode, bias_key = _RESIDUAL, (row.shape, row.stride())
+        pointers |= bias.data_ptr() | row.data_ptr()
+    elif beta == 0:
         mode, bias_key = _NO_BIAS, None
     elif bias is out:
         mode, bias_key = _BIAS_IS_OUT, None
@@ -271,7 +316,7 @@ def plan_for(
     found = plans.get(key)
     if found is None:
         align = (pointers | _MAX_ALIGN) & -(pointers | _MAX_ALIGN)
-        found = _build(out, a, b, bias, beta, mode, activation, algo, align)
+        found = _build(out, a, b, bias, beta, mode, activation, algo, align, row)
         if len(plans) >= _MAX_PLANS:
             del plans[next(iter(plans))]
         plans[key] = found
@@ -305,6 +350,7 @@ def _build(
     activation: int,
     algo: int,
     align: int,
+    row: Tensor | None,
 ) -> Any:
     m, n, k = out.shape[-2], out.shape[-1], a.shape[-1]
     batch = out.shape[0] if out.ndim == 3 else 1
@@ -313,44 +359,66 @@ def _build(
     )
     if call is None:
         return _StagedPlan(copy_a, copy_b, temp, activation, algo)
-    row = mode == _BIAS and beta == 1 and call.swap and batch == 1 and m > 1
+    fits_row = call.swap and batch == 1 and m > 1  # (cuBLASLt's BIAS: a row of the result)
+    if mode == _RESIDUAL:
+        # a residual is fused with its row where cuBLASLt's epilogue can add the row; else
+        # input is copied into out, the product accumulates, then the row and act (``run``)
+        beta_term = ROW_C if fits_row else BETA
+        spec = GemmSpec(call, out.dtype, beta_term, activation if fits_row else 0, algo, align)
+        return _DirectPlan(spec, out, a, b, bias, mode, row, activation)
+    row_fused = mode == _BIAS and beta == 1 and fits_row and _is_bias_row(bias, n)
     spec = GemmSpec(
         call,
         out.dtype,
-        ROW if row and _is_bias_row(bias, n) else NO_BETA if mode == _NO_BIAS else BETA,
+        ROW if row_fused else NO_BETA if mode == _NO_BIAS else BETA,
         activation,
         algo,
         align,
     )
     if algo == -1 and _tunable.state.is_enabled():
         spec = replace(spec, algo=_tuned(spec, out, a, b, bias, beta, mode))
-    return _DirectPlan(spec, out, a, b, bias, mode)
+    return _DirectPlan(spec, out, a, b, bias, mode, None, activation)
 
 
 class _DirectPlan:
     """Operands the library reads as they are: the library's plan (``GEMM_PLAN``) and the
     launcher of ``GEMM`` the device's driver prepared, with what the library does not do
-    itself around it (the bias copied into out first, the activation after)."""
+    itself around it (the bias copied into out first, a residual's row added after the
+    product, the activation last)."""
 
-    __slots__ = ("device", "library", "run_gemm", "copy_bias", "activation", "workspace")
+    __slots__ = (
+        "device", "library", "run_gemm", "copy_bias", "add_row", "activation", "workspace",
+    )  # fmt: skip
 
     reads_pointers_only = True  # (run reads a and b by their pointers alone)
 
     def __init__(
-        self, spec: GemmSpec, out: Tensor, a: Tensor, b: Tensor, bias: Tensor, mode: int
+        self,
+        spec: GemmSpec,
+        out: Tensor,
+        a: Tensor,
+        b: Tensor,
+        bias: Tensor,
+        mode: int,
+        row: Tensor | None,
+        activation: int,
     ) -> None:
         device = out.device
         self.device = device
         found = ask(device, GEMM_PLAN, spec) or _reference_plan(spec)
         self.library = found  # the library's plan (_cuda's, or the reference's)
-        self.copy_bias = mode == _BIAS and not found.takes_bias
-        self.activation = 0 if found.applies_activation else spec.activation
+        self.copy_bias = mode in (_BIAS, _RESIDUAL) and not found.takes_bias
+        self.add_row = mode == _RESIDUAL and not found.takes_bias
+        # (the activation is the library's only where the spec asked it of the epilogue)
+        applied = found.applies_activation and spec.activation == activation
+        self.activation = 0 if applied else activation
         self.workspace = found.workspace  # (bytes, library) to ask of get_workspace, or None
         views = (
             _view(out, out),
             _view(a, a),
             _view(b, b),
             _view(out, out if mode == _NO_BIAS else bias.expand(out.shape)),
+            None if row is None else _view(out, row.expand(out.shape)),
             None,
             None,
             None,
@@ -370,16 +438,21 @@ class _DirectPlan:
         pc: int,
         po: int,
         handle: int,
+        row: Tensor | None = None,
+        prow: int = 0,
     ) -> None:
-        """``out = act(alpha * a @ b + beta * bias)`` on the stream ``handle`` (the current
-        one's); ``pa``, ``pb``, ``pc``, ``po``: the data pointers of a, b, bias and out (the
-        callers have them: the plan is looked up by their alignment)."""
+        """``out = act(alpha * a @ b + beta * bias + row)`` on the stream ``handle`` (the
+        current one's); ``pa``, ``pb``, ``pc``, ``po``, ``prow``: the data pointers of a, b,
+        bias, out and row (the callers have them: the plan is looked up by their alignment;
+        ``row`` and ``prow`` only for a plan made with a row)."""
         if self.copy_bias:  # PyTorch's: out = bias, then the product accumulates
             copy_(out, bias.expand(out.shape))
             pc = po
         space = self.workspace
         workspace = current_workspace(space[0], space[1], self.device, handle) if space else 0
-        self.run_gemm(handle, po, pa, pb, pc, alpha, beta, workspace)
+        self.run_gemm(handle, po, pa, pb, pc, prow, alpha, beta, workspace)
+        if self.add_row:
+            add(out, row, out=out)
         if self.activation:
             _activate(out, self.activation)
 
@@ -389,7 +462,7 @@ class _DirectPlan:
         """``out = a @ b`` (mm's form of ``run``: alpha 1, no bias, no activation)."""
         space = self.workspace
         workspace = current_workspace(space[0], space[1], self.device, handle) if space else 0
-        self.run_gemm(handle, po, pa, pb, po, 1.0, 0.0, workspace)
+        self.run_gemm(handle, po, pa, pb, po, 0, 1.0, 0.0, workspace)
 
 
 def _view(t: Tensor, like: Tensor) -> View:
@@ -423,18 +496,20 @@ class _StagedPlan:
         pc: int,
         po: int,
         handle: int,
+        row: Tensor | None = None,
+        prow: int = 0,
     ) -> None:
         """(the pointers and ``handle`` unused: the copies and ``gemm`` ask again)"""
         a = a.contiguous() if self.copy_a else a
         b = b.contiguous() if self.copy_b else b
         if not self.temp:
-            gemm(out, a, b, bias, beta, alpha, self.activation, self.algo)
+            gemm(out, a, b, bias, beta, alpha, self.activation, self.algo, row)
             return
         target = Tensor._empty(out.shape, out.dtype, out.device)
         if bias is out and beta != 0:
             copy_(target, out)
             bias = target
-        gemm(target, a, b, bias, beta, alpha, self.activation, self.algo)
+        gemm(target, a, b, bias, beta, alpha, self.activation, self.algo, row)
         copy_(out, target)
 
     def product(
@@ -454,15 +529,19 @@ class _StagedPlan:
 # ---- K == 0 and unfused activations --------------------------------------------------------
 
 
-def _bias_only(out: Tensor, bias: Tensor, beta: Any, activation: int) -> None:
-    """K == 0: ``out = act(beta * bias)``, with no library call (as PyTorch)."""
+def _bias_only(
+    out: Tensor, bias: Tensor, beta: Any, activation: int, row: Tensor | None = None
+) -> None:
+    """K == 0: ``out = act(beta * bias + row)``, with no library call (as PyTorch)."""
     if beta == 0:
         fill_(out, 0)
-        return
-    if bias is not out:
-        copy_(out, bias.expand(out.shape))
-    if beta != 1:
-        mul(out, beta, out=out)
+    else:
+        if bias is not out:
+            copy_(out, bias.expand(out.shape))
+        if beta != 1:
+            mul(out, beta, out=out)
+    if row is not None:
+        add(out, row, out=out)
     if activation:
         _activate(out, activation)
 
