@@ -60,7 +60,8 @@ if TYPE_CHECKING:
     from ._ops import GemmSpec
 
 __all__ = [
-    "plan", "run", "candidates", "time_ms", "library", "flag", "NO_BETA", "BETA", "ROW", "ROW_C",
+    "plan", "run", "bind", "candidates", "time_ms", "library", "flag",
+    "NO_BETA", "BETA", "ROW", "ROW_C",
 ]  # fmt: skip
 
 # a spec's beta term: none, beta times out, a row fused as BIAS, or beta times C (a matrix of
@@ -119,6 +120,11 @@ def run(
 ) -> None:
     """``_ops.GEMM`` on a GPU: the plan ``found`` (``plan``'s) queued on ``stream``."""
     found.run(stream, po, pa, pb, pbias, prow, alpha, beta, workspace)
+
+
+def bind(driver: Any, device: int, activation: int, found: Any) -> Any:
+    """``run`` bound once (``LibraryCall.bind``): the plan's own ``run``."""
+    return found.run
 
 
 # ---- making a plan ---------------------------------------------------------------------------

@@ -176,7 +176,7 @@ def _reference(
     numpy_gemm(out, a, b, bias, beta, alpha, activation, found.algo, row)
 
 
-GEMM = LibraryCall("gemm", _cuda.run, _reference)
+GEMM = LibraryCall("gemm", _cuda.run, _reference, _cuda.bind)
 GEMM_PLAN = Query("gemm plan", _cuda.plan, _reference_plan)
 GEMM_CANDIDATES = Query("gemm candidates", _cuda.candidates, lambda spec: _tunable.sim_candidates())
 GEMM_TIME = Query(

@@ -742,16 +742,28 @@ class CudaDriver(Driver):
         them; another thread gets a copy of its own on its first run."""
         work = launch.work
         if isinstance(work, LibraryCall):
-            call, values, tls = work.cuda, launch.values, self._tls
+            tls = self._tls
+            if work.bind is None:
+                call, values = work.cuda, launch.values
 
-            def run_call(stream: int, *args: Any) -> None:
+                def run_call(stream: int, *args: Any) -> None:
+                    if tls.context_device != device:
+                        self._use(device)
+                    call(self, device, stream, *args, *values)
+                    if self.launch_blocking:
+                        self._wait_blocking(stream, work.name, launch.entry)
+
+                return run_call
+            bound = work.bind(self, device, *launch.values)
+
+            def run_bound(stream: int, *args: Any) -> None:  # (run_call, cuda bound once)
                 if tls.context_device != device:
                     self._use(device)
-                call(self, device, stream, *args, *values)
+                bound(stream, *args)
                 if self.launch_blocking:
                     self._wait_blocking(stream, work.name, launch.entry)
 
-            return run_call
+            return run_bound
         kernel = self.compile(device, work.source, launch.entry)
         if launch.cluster != 1:
             return self._prepare_cluster(device, kernel, launch)

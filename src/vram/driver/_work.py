@@ -77,11 +77,17 @@ class LibraryCall:
     """A CUDA library call: ``cuda(driver, device, stream, *args)`` queues it through the
     driver's library handles, called with ``device``'s context current (as a kernel is
     launched); ``reference`` does the same on host arrays (views for the per-call pointers
-    that have a ``View``)."""
+    that have a ``View``).
+
+    ``bind`` (optional) is ``cuda`` split in two for a hot call: ``bind(driver, device,
+    *values)``, asked once when a launch is prepared, gives the callable that ``cuda(driver,
+    device, stream, *args, *values)`` would run, taking ``(stream, *args)`` (a library
+    plan's own method: no frame between the launcher and the library)."""
 
     name: str
     cuda: Callable[..., None]
     reference: Callable[..., None]
+    bind: Callable[..., Callable[..., None]] | None = None
 
     def __repr__(self) -> str:
         return f"<vram LibraryCall {self.name}>"
