@@ -75,6 +75,47 @@ def test_rendezvous_gives_every_rank_every_blob_in_rank_order():
     assert results == {r: [b"blob0", b"blob1", b"blob2"] for r in range(3)}
 
 
+def test_a_rank_whose_connection_reached_itself_lets_go_and_tries_again(monkeypatch):
+    """TCP's self-connect: a rank retrying a free local port may be given that very port to
+    connect from and reach itself (then rank 0 cannot bind it: "Address already in use").
+    The rank closes such a socket and tries again."""
+    import socket
+
+    from vram.distributed import _rendezvous
+
+    port = _free_port()
+    connect = socket.create_connection
+    closed = []
+
+    class SelfConnected:
+        def getsockname(self):
+            return ("127.0.0.1", port)
+
+        getpeername = getsockname
+
+        def close(self):
+            closed.append(self)
+
+    def create_connection(address, timeout=None):
+        if not closed:
+            return SelfConnected()
+        return connect(address, timeout=timeout)
+
+    monkeypatch.setattr(_rendezvous.socket, "create_connection", create_connection)
+    results: dict[int, list[bytes]] = {}
+
+    def rank(r: int) -> None:
+        results[r] = rendezvous("127.0.0.1", port, r, 2, f"blob{r}".encode(), timeout=30)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (1, 0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(closed) == 1
+    assert results == {r: [b"blob0", b"blob1"] for r in range(2)}
+
+
 def test_rendezvous_times_out_when_rank_zero_never_comes():
     with pytest.raises(TimeoutError, match="did not answer"):
         rendezvous("127.0.0.1", _free_port(), 1, 2, b"", timeout=0.3)

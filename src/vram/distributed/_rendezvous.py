@@ -132,11 +132,17 @@ def _join(addr: str, port: int, rank: int, world: int, data: bytes, deadline: fl
     while True:  # rank 0 may not listen yet
         try:
             sock = socket.create_connection((addr, port), timeout=_RETRY * 20)
-            break
+            if sock.getsockname() != sock.getpeername():
+                break
+            # TCP's self-connect: the port is free and the kernel gave this socket that very
+            # port to connect from, so it reached itself (and would keep rank 0 from binding
+            # it): let it go and try again
+            sock.close()
         except OSError:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"rendezvous: rank 0 at {addr}:{port} did not answer") from None
-            time.sleep(_RETRY)
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rendezvous: rank 0 at {addr}:{port} did not answer")
+        time.sleep(_RETRY)
     with sock:
         sock.settimeout(max(deadline - time.monotonic(), 0.001))
         _send(sock, rank, world, data)
