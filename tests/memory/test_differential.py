@@ -532,6 +532,59 @@ def test_repeated_requests_get_the_references_pointers_and_stats(config):
         _compare(my_stats, their_stats, f"repeats under {config}, dropped={dropped}")
 
 
+def chained_requests(seed: int = 0) -> list[Request]:
+    """What a chain of eager ops asks for, ``y = relu(addmm(b, y, w))``: each step's
+    temporary and the old y die together and are dropped as a pair (the temporary first, or
+    the other way round), next to each other or apart, with sizes that change between
+    chains, held blocks between them and another stream."""
+    rng = random.Random(seed)
+    ops: list[Request] = []
+    held: list[int] = []
+    addr = 0
+    for _ in range(200):
+        size = rng.choice([512, 1024, 4096, 64 * KiB, 700 * KiB, 2 * MiB, 3 * MiB, 12 * MiB])
+        stream = rng.choice([0, 0, 0, 1])
+        addr += 1
+        y = addr
+        ops.append((True, y, size, stream))
+        for _ in range(rng.randint(2, 8)):
+            addr += 1
+            temporary = addr
+            ops.append((True, temporary, size, stream))
+            if rng.random() < 0.15:  # something held between them
+                addr += 1
+                ops.append((True, addr, rng.choice([512, size]), stream))
+                held.append(addr)
+            addr += 1
+            ops.append((True, addr, size if rng.random() < 0.8 else 2 * size, stream))
+            pair = [temporary, y] if rng.random() < 0.8 else [y, temporary]
+            ops += [(False, pair[0], 0, 0), (False, pair[1], 0, 0)]
+            y = addr
+        if rng.random() < 0.3:
+            held.append(y)
+        else:
+            ops.append((False, y, 0, 0))
+        while held and rng.random() < 0.4:
+            ops.append((False, held.pop(rng.randrange(len(held))), 0, 0))
+    return ops
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_chained_requests_dropped_in_pairs_get_the_references_pointers_and_stats(config):
+    """Note [Taking a dropped block back]: of two blocks dropped together, one is taken back
+    (the first as a hole, its pair freed before it; or the lower of two next to each other,
+    cut off their merged block) only where the free, free and malloc give the same."""
+    text, no_caching, room, above = CONFIGS[config]
+    ops = chained_requests()
+    capacity = int(peak(ops) * room)
+    kind = UncachedAllocator if no_caching else DeviceCachingAllocator
+    theirs, their_stats = run_reference(text, no_caching, ops, capacity, above)
+    for dropped in (False, True):
+        mine, my_stats = run_allocator(kind, text, ops, capacity, above, dropped)
+        _compare(mine, theirs, f"chains under {config}, dropped={dropped}")
+        _compare(my_stats, their_stats, f"chains under {config}, dropped={dropped}")
+
+
 @pytest.mark.parametrize("size", [1024, 12 * MiB])  # a hole in a split segment; a segment
 def test_a_block_taken_back_whole_passes_the_peak_its_free_would(size):
     """A block handed out whole (a hole of just its size between live blocks, or a whole
@@ -611,6 +664,35 @@ def test_a_dropped_hole_whose_neighbour_was_freed_goes_where_its_free_and_malloc
     assert pointers[0] == pointers[1]
     assert stats[0] == stats[1]
     assert pointers[0] == (x if neighbour == "before" else b)
+
+
+@pytest.mark.parametrize("pair", ["apart", "next to each other"])
+def test_a_dropped_pair_whose_lower_neighbour_is_free_goes_where_the_frees_and_malloc_go(pair):
+    """Two blocks dropped together, the first (the lower) with a free neighbour below it,
+    larger than the two together: their frees merge it with that neighbour, and best fit
+    cuts the merged block at the neighbour's address (the take-back of a pair must not
+    answer the first)."""
+    pointers, stats = [], []
+    for dropped in (False, True):
+        allocator = DeviceCachingAllocator(
+            vram.Device("sim", 0), parse_config(""), driver=fresh_sim(1 << 30, None)
+        )
+        stream = streams_of(allocator.driver)[0]
+        # tiled in order from a fresh segment, the last one held (the rest free after it)
+        x, first, *more = (allocator.malloc(size, stream) for size in (4096, 1024, 1024, 1024))
+        if pair == "apart":
+            allocator.free(first)
+            first = allocator.malloc(1024, stream)  # a hole, handed out whole
+            last = more[1]  # (more[0] held between them; the free rest after the last)
+        else:
+            last = more[0]  # (more[1] held after it)
+        allocator.free(x)  # the free neighbour below the first
+        for ptr in (first, last):
+            allocator.free_later(ptr) if dropped else allocator.free(ptr)
+        pointers.append(allocator.malloc(1024, stream))
+        stats.append(allocator.memory_stats())
+    assert pointers[0] == pointers[1] == x
+    assert stats[0] == stats[1]
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)

@@ -400,3 +400,35 @@ def test_blocks_dropped_together_pass_a_use_on_to_the_next_owner_of_either(sim0,
         assert again.data_ptr() == pa
         assert [stream for stream, _ in waits[before:]] == [producer.cuda_stream]
     assert seen == [b"\x01" * N]
+
+
+@pytest.mark.parametrize("order", ["higher first", "lower first"])
+def test_a_pair_dropped_together_passes_the_higher_ones_use_to_the_lower_ones_next_owner(
+    sim0, waits, order
+):
+    """Two tensors next to each other dropped together, the higher one used on a side stream:
+    their frees merge, and best fit cuts the lower one's bytes off the merged block, which
+    carries the use, so its next owner waits on it (the take-back of a merged pair, Note
+    [Taking a dropped block back], must not answer the lower block without that wait)."""
+    producer, side = vram.current_stream(), vram.Stream()
+    seen: list[bytes] = []
+    with vram.sim.deferred():
+        held = vram.empty(N // 4)  # (made with the segment; a and b are best fit's, marked)
+        a = vram.empty(N // 4)
+        b = vram.empty(N // 4)  # (right after a, in the same segment)
+        after = vram.empty(N // 4)  # (held: b's free does not merge with the free rest)
+        pa, pb = a.data_ptr(), b.data_ptr()
+        assert pb == pa + N == after.data_ptr() - N
+        fill(pb, 1, N, producer)
+        consume(pb, N, producer, side, seen)
+        b.record_use(side)
+        if order == "higher first":
+            del b, a
+        else:
+            del a, b
+        before = len(waits)
+        again = vram.empty(N // 4)
+        assert again.data_ptr() == pa
+        assert [stream for stream, _ in waits[before:]] == [producer.cuda_stream]
+        del held, after
+    assert seen == [b"\x01" * N]

@@ -44,8 +44,18 @@ When several blocks were dropped, the others are freed first, in their order, as
 general path frees them, and the last is the one checked: its free is the one that comes
 right before the malloc. ``malloc`` hands it out again at once, with the stats of the free
 and of the malloc (``DeviceStats.reuse``), and the pool is left as the two steps would
-leave it. It is a cache of the simple path's answer, taken only where nothing else could
-decide differently. A block has no mark (-1: it is never taken back) when it came from
+leave it. When two were dropped and the last is not taken back (a chain such as
+``y = relu(addmm(b, y, w))``: the old y's free merges with the free rest after it, and
+best fit answers the addmm result dropped before it), the first may be, as a hole with
+no free or dropped neighbour, once the last is freed before it (``_take_back_pair``).
+The two frees then run in the other order, which leaves the same blocks and sums, and the
+same peaks when neither free lowers a peaked count: a free only lowers active, allocated
+and requested (falling counts: any order of two falls passes no peak), and raises
+inactive_split, unless it merges three blocks into one or makes a segment whole. So the
+last must keep a neighbour that stays allocated, on a segment of device allocations; the
+first has none free, so its own free only raises it (or, a whole segment, moves nothing).
+It is a cache of the simple path's answer, taken only where nothing else could decide
+differently. A block has no mark (-1: it is never taken back) when it came from
 growing (best fit did not choose it), from an expandable segment, or is oversize; it loses
 its mark at record_use and record_stream (and when it waited for record_use events at its
 malloc); a settings change forgets every mark; and no block is taken back while frees are
@@ -111,6 +121,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -285,6 +296,10 @@ class DeviceCachingAllocator(FreesDropped):
                                 )
                                 block.requested_size = size
                                 return ptr
+                    if len(dropped) == 2:  # (the last was not taken back: maybe the first)
+                        ptr = self._take_back_pair(pool, stream, rounded, size, small)
+                        if ptr:
+                            return ptr
                 self._free_dropped()
             if lifetimes.waiting:
                 self._free_completed()
@@ -817,6 +832,97 @@ class DeviceCachingAllocator(FreesDropped):
             self._trace(action, start, -nbytes, segment.stream, segment.context)
         for hook in self._reserve_hooks:
             hook(pool, segment, start, nbytes, action)
+
+    def _take_back_pair(self, pool: Pool, stream: int, rounded: int, size: int, small: bool) -> int:
+        """Two blocks dropped and the last not taken back alone: one of the two is, when best
+        fit answers it once both are free and no peak can tell the difference (Note [Taking a
+        dropped block back]). 0: the general path decides (the last may be freed already:
+        the order of the two frees cannot matter then either)."""
+        dropped, lifetimes = self._dropped, self.lifetimes
+        first, last = dropped
+        block, other = self._allocated.get(first), self._allocated.get(last)
+        if (
+            block is None
+            or other is None
+            or lifetimes.waiting
+            or lifetimes.stream_uses
+            or block.segment.pool is not pool
+            or block.segment.stream != stream
+        ):
+            return 0
+        if block.next is other or other.next is block:  # (their frees merge them)
+            return self._take_back_merged(pool, stream, rounded, size, small, block, other)
+        rest, before = block.next, block.prev
+        if (
+            block.size != rounded
+            or block.mark == -1
+            or (rest is not None and rest.state == FREE)
+            or (before is not None and before.state == FREE)
+        ):
+            return 0
+        # the first, a hole: the last's free, run first, must not lower inactive_split (a
+        # neighbour that stays allocated: no merge of three blocks, no whole segment; on an
+        # expandable segment a free moves nothing there)
+        after, ahead = other.next, other.prev
+        if not (
+            after is not None and after.state != FREE or ahead is not None and ahead.state != FREE
+        ):
+            return 0
+        dropped.pop()
+        self._free(last)
+        found = pool.index.get(stream)
+        heap = None if found is None else found.heaps.get(rounded)
+        if heap is not None and heap[0] <= first:  # (best fit: a lower block of its size)
+            return 0
+        dropped.popleft()
+        whole = before is None and rest is None
+        self.stats.reuse(small, rounded, block.requested_size, size, 0, whole)
+        block.requested_size = size
+        return first
+
+    def _take_back_merged(
+        self, pool: Pool, stream: int, rounded: int, size: int, small: bool, block, other
+    ) -> int:
+        """``_take_back_pair`` of two blocks next to each other: their frees merge them, and
+        best fit cuts the lower one's size off the front of that block, the higher one its
+        free rest. The higher is freed (it keeps an allocated neighbour: the lower), then the
+        lower taken back as a block split off its free rest (``DeviceStats.reuse``)."""
+        low, high = (block, other) if block.next is other else (other, block)
+        before, after = low.prev, high.next
+        if (
+            low.size != rounded
+            or low.mark == -1
+            or high.use_events is not None  # (the merged block's events: low would wait)
+            or (before is not None and before.state == FREE)
+            or (after is not None and after.state == FREE)
+        ):
+            return 0
+        # (the merged block is never oversize: only a segment below max_split_size is ever
+        # split, a larger one's block being oversize; the split rule keeps the higher one
+        # apart: a small pool's blocks are all >= 512 B, a large one's all > 1 MiB, the
+        # least rest each keeps; the lower one's mark says it is on no expandable segment)
+        # best fit, once both are free: nothing of rounded bytes or more that is smaller
+        # than the merged block, nor of its size at a lower address
+        merged = rounded + high.size
+        found = pool.index.get(stream)
+        if found is not None:
+            sizes = found.sizes
+            i = bisect_left(sizes, rounded)
+            if i < len(sizes):
+                fits = sizes[i]
+                if fits < merged or fits == merged and found.heaps[fits][0] <= low.ptr:
+                    return 0
+        dropped = self._dropped
+        if high is block:  # (the first: freed first, as the general path frees it)
+            dropped.popleft()
+        else:  # (the last, freed before the first: the two frees change places)
+            dropped.pop()
+        self._free(high.ptr)
+        dropped.clear()
+        whole = before is None and after is None
+        self.stats.reuse(small, rounded, low.requested_size, size, high.size, whole)
+        low.requested_size = size
+        return low.ptr
 
     # =================================================================== the steps of free
     def _free(self, ptr: int) -> None:
