@@ -519,19 +519,6 @@ def repeated_requests(seed: int = 0) -> list[Request]:
     return ops
 
 
-@pytest.mark.parametrize("config", list(CONFIGS))
-def test_repeated_requests_get_the_references_pointers_and_stats(config):
-    text, no_caching, room, above = CONFIGS[config]
-    ops = repeated_requests()
-    capacity = int(peak(ops) * room)
-    kind = UncachedAllocator if no_caching else DeviceCachingAllocator
-    theirs, their_stats = run_reference(text, no_caching, ops, capacity, above)
-    for dropped in (False, True):
-        mine, my_stats = run_allocator(kind, text, ops, capacity, above, dropped)
-        _compare(mine, theirs, f"repeats under {config}, dropped={dropped}")
-        _compare(my_stats, their_stats, f"repeats under {config}, dropped={dropped}")
-
-
 def chained_requests(seed: int = 0) -> list[Request]:
     """What a chain of eager ops asks for, ``y = relu(addmm(b, y, w))``: each step's
     temporary and the old y die together and are dropped as a pair (the temporary first, or
@@ -569,20 +556,26 @@ def chained_requests(seed: int = 0) -> list[Request]:
     return ops
 
 
+EAGER_WORKLOADS = {"repeats": repeated_requests, "chains": chained_requests}
+
+
 @pytest.mark.parametrize("config", list(CONFIGS))
-def test_chained_requests_dropped_in_pairs_get_the_references_pointers_and_stats(config):
-    """Note [Taking a dropped block back]: of two blocks dropped together, one is taken back
-    (the first as a hole, its pair freed before it; or the lower of two next to each other,
-    cut off their merged block) only where the free, free and malloc give the same."""
+@pytest.mark.parametrize("workload", list(EAGER_WORKLOADS))
+def test_eager_requests_get_the_references_pointers_and_stats(workload, config):
+    """Note [Taking a dropped block back], freed and dropped: a size asked for again and
+    again (the take-back of the last dropped block), and chains whose blocks are dropped in
+    pairs (of two, one is taken back: the first as a hole, its pair freed before it, or the
+    lower of two next to each other, cut off their merged block) only where the frees and
+    the malloc give the same."""
     text, no_caching, room, above = CONFIGS[config]
-    ops = chained_requests()
+    ops = EAGER_WORKLOADS[workload]()
     capacity = int(peak(ops) * room)
     kind = UncachedAllocator if no_caching else DeviceCachingAllocator
     theirs, their_stats = run_reference(text, no_caching, ops, capacity, above)
     for dropped in (False, True):
         mine, my_stats = run_allocator(kind, text, ops, capacity, above, dropped)
-        _compare(mine, theirs, f"chains under {config}, dropped={dropped}")
-        _compare(my_stats, their_stats, f"chains under {config}, dropped={dropped}")
+        _compare(mine, theirs, f"{workload} under {config}, dropped={dropped}")
+        _compare(my_stats, their_stats, f"{workload} under {config}, dropped={dropped}")
 
 
 @pytest.mark.parametrize("size", [1024, 12 * MiB])  # a hole in a split segment; a segment
