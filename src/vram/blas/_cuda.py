@@ -239,7 +239,7 @@ class _LtPlan:
 
     __slots__ = (
         "swap", "lt", "desc", "layouts", "la", "lb", "lc", "algo", "algo_ptr",
-        "ws_bytes", "workspace", "scalars", "alpha_ptr", "beta_ptr", "beta_mode", "fused",
+        "ws_bytes", "workspace", "scalars", "alpha_ptr", "beta_ptr", "scales_c", "fused",
         "bias_ptr", "bias_attr", "alpha", "beta", "takes_bias", "reads_c",
     )  # fmt: skip
 
@@ -273,7 +273,7 @@ class _LtPlan:
         self.alpha = self.beta = 0.0  # what ``scalars`` holds (beta stays 0 unless used)
         self.alpha_ptr = self.scalars.ctypes.data
         self.beta_ptr = self.alpha_ptr + self.scalars.itemsize
-        self.beta_mode = bias
+        self.scales_c = bias in (BETA, ROW_C)  # (beta times C; a fused row alone: C unread)
         self.fused = bias >= ROW
         self.reads_c = bias == ROW_C  # (C is the input where it is, the row the epilogue's)
         self.takes_bias = self.fused
@@ -300,13 +300,10 @@ class _LtPlan:
         pc = po
         if self.reads_c:
             pc, pbias = pbias, prow
-            if beta != self.beta:
-                self.scalars[1] = self.beta = beta
-        if self.fused:
-            if pbias != self.bias_ptr:
-                self.bias_attr.set(pbias)
-                self.bias_ptr = pbias
-        elif self.beta_mode and beta != self.beta:
+        if self.fused and pbias != self.bias_ptr:
+            self.bias_attr.set(pbias)
+            self.bias_ptr = pbias
+        if self.scales_c and beta != self.beta:
             self.scalars[1] = self.beta = beta
         lc = self.lc
         if self.swap:

@@ -235,20 +235,13 @@ def addmm(
             pa = mat1._storage.ptr + mat1._offset * mat1.dtype.itemsize
             pb = mat2._storage.ptr + mat2._offset * mat2.dtype.itemsize
             pc = input._storage.ptr + input._offset * input.dtype.itemsize
-            if bias is None:
-                key = (
-                    mat1._sig or signature_id(mat1), mat2._sig or signature_id(mat2),
-                    input._sig or signature_id(input), (pa | pb | pc) & _ALIGN_MASK, beta,
-                    alpha, activation, _backends.generation, _tunable.state.generation,
-                )  # fmt: skip
-            else:
-                pr = bias._storage.ptr + bias._offset * bias.dtype.itemsize
-                key = (
-                    mat1._sig or signature_id(mat1), mat2._sig or signature_id(mat2),
-                    input._sig or signature_id(input), (pa | pb | pc | pr) & _ALIGN_MASK,
-                    beta, alpha, activation, _backends.generation, _tunable.state.generation,
-                    bias._sig or signature_id(bias),
-                )  # fmt: skip
+            pr = 0 if bias is None else bias._storage.ptr + bias._offset * bias.dtype.itemsize
+            key = (
+                mat1._sig or signature_id(mat1), mat2._sig or signature_id(mat2),
+                input._sig or signature_id(input), (pa | pb | pc | pr) & _ALIGN_MASK, beta,
+                alpha, activation, _backends.generation, _tunable.state.generation,
+                None if bias is None else bias._sig or signature_id(bias),
+            )  # fmt: skip
         except AttributeError:
             key = None
         found = _plans.add.get(key)  # type: ignore[arg-type]
@@ -259,12 +252,8 @@ def addmm(
             result = new_tensor(shape, stride, input.dtype, device, nbytes, stream, sig)
             po = result._storage.ptr
             if not po & _ALIGN_MASK:  # (else less aligned than the plan may assume: checked)
-                if bias is None:
-                    plan.run(result, mat1, mat2, input, checked_beta, checked_alpha, pa, pb,
-                             pc, po, stream)  # fmt: skip
-                else:
-                    plan.run(result, mat1, mat2, input, checked_beta, checked_alpha, pa, pb,
-                             pc, po, stream, bias, pr)  # fmt: skip
+                plan.run(result, mat1, mat2, input, checked_beta, checked_alpha, pa, pb, pc, po,
+                         stream, bias, pr)  # fmt: skip
                 return result
     names = ("input", "mat1", "mat2")
     return _add_product(
@@ -396,11 +385,9 @@ def _add_product(
         sig = signature_id(target if linear_shape is None else target.view(final_shape))
         plans = _plans.add if linear_shape is None else _plans.linear
         _remember(plans, key, (plan, final_shape, stride, nbytes, sig, beta, alpha))
-    pc, handle = bias.data_ptr(), stream_handle(target.device)
-    if row is None:
-        plan.run(target, a, b, bias, beta, alpha, pa, pb, pc, po, handle)
-    else:
-        plan.run(target, a, b, bias, beta, alpha, pa, pb, pc, po, handle, row, row.data_ptr())
+    pc, pr = bias.data_ptr(), 0 if row is None else row.data_ptr()
+    plan.run(target, a, b, bias, beta, alpha, pa, pb, pc, po, stream_handle(target.device), row,
+             pr)  # fmt: skip
     return target
 
 

@@ -235,12 +235,9 @@ def gemm(
         return out
     pa, pb, po = a.data_ptr(), b.data_ptr(), out.data_ptr()
     pc = po if bias is out else bias.data_ptr()
+    pr = 0 if row is None else row.data_ptr()
     found = plan_for(out, a, b, bias, beta, activation, algo, pa | pb | po, row)
-    handle = stream_handle(out.device)
-    if row is None:
-        found.run(out, a, b, bias, beta, alpha, pa, pb, pc, po, handle)
-    else:
-        found.run(out, a, b, bias, beta, alpha, pa, pb, pc, po, handle, row, row.data_ptr())
+    found.run(out, a, b, bias, beta, alpha, pa, pb, pc, po, stream_handle(out.device), row, pr)
     return out
 
 
