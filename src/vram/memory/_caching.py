@@ -46,14 +46,21 @@ right before the malloc. ``malloc`` hands it out again at once, with the stats o
 and of the malloc (``DeviceStats.reuse``), and the pool is left as the two steps would
 leave it. When two were dropped and the last is not taken back (a chain such as
 ``y = relu(addmm(b, y, w))``: the old y's free merges with the free rest after it, and
-best fit answers the addmm result dropped before it), the first may be, as a hole with
-no free or dropped neighbour, once the last is freed before it (``_take_back_pair``).
-The two frees then run in the other order, which leaves the same blocks and sums, and the
-same peaks when neither free lowers a peaked count: a free only lowers active, allocated
-and requested (falling counts: any order of two falls passes no peak), and raises
-inactive_split, unless it merges three blocks into one or makes a segment whole. So the
-last must keep a neighbour that stays allocated, on a segment of device allocations; the
-first has none free, so its own free only raises it (or, a whole segment, moves nothing).
+best fit answers the addmm result dropped before it), one of the two may be
+(``_take_back_pair``):
+- the first, as a hole with no free or dropped neighbour, once the last is freed before
+  it. The two frees then run in the other order, which leaves the same blocks and sums,
+  and the same peaks when neither free lowers a peaked count: a free only lowers active,
+  allocated and requested (falling counts: any order of two falls passes no peak), and
+  raises inactive_split, unless it merges three blocks into one or makes a segment whole
+  (on an expandable segment it moves nothing). So the last must keep a neighbour that
+  stays allocated; the first has none free, so its own free only raises it (or, a whole
+  segment, moves nothing).
+- the lower of two next to each other, neither of whose outer neighbours is free: the
+  frees merge them, and best fit (checked in the index first) cuts the lower one off the
+  front, the higher one its free rest; the higher is freed, then the lower taken back as
+  a block split off its free rest. The higher one must have no record_use events: the
+  merged block would pass them to the lower one's next owner.
 It is a cache of the simple path's answer, taken only where nothing else could decide
 differently. A block has no mark (-1: it is never taken back) when it came from
 growing (best fit did not choose it), from an expandable segment, or is oversize; it loses
