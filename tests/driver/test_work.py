@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import vram
-from vram.driver._work import Arg, Kernel, Launch, PackedParams, View, run_on_host
+from vram.driver._work import Arg, Kernel, Launch, LibraryCall, PackedParams, View, run_on_host
 from vram.ops._plans import host_view
 
 SIM = vram.device("sim:0")
@@ -98,3 +98,25 @@ def test_a_launch_runs_at_once_on_host_memory():
 def test_more_views_than_arguments_is_refused():
     with pytest.raises(ValueError, match="more views"):
         Launch(_scale_kernel(), "scale", params=(Arg("P"),), views=(None, None))
+
+
+def test_a_library_calls_prepared_callable_is_cuda_or_what_bind_gives():
+    """``LibraryCall.prepared``: what a launcher runs per call, ``(stream, *args)``; ``cuda``
+    with the driver, the device and the launch's values around the arguments, or, with
+    ``bind``, its answer for those (asked once)."""
+    seen = []
+    plain = LibraryCall("plain", lambda *a: seen.append(a), lambda *a: None)
+    plain.prepared("driver", 3, ("v1", "v2"))(7, "x", "y")
+    assert seen == [("driver", 3, 7, "x", "y", "v1", "v2")]
+    binds = []
+
+    def bind(driver, device, *values):
+        binds.append((driver, device, values))
+        return lambda *a: seen.append(("bound", *a))
+
+    bound = LibraryCall("bound", lambda *a: None, lambda *a: None, bind)
+    run = bound.prepared("driver", 3, ("v1",))
+    run(7, "x")
+    run(8, "z")
+    assert binds == [("driver", 3, ("v1",))]
+    assert seen[1:] == [("bound", 7, "x"), ("bound", 8, "z")]

@@ -742,28 +742,16 @@ class CudaDriver(Driver):
         them; another thread gets a copy of its own on its first run."""
         work = launch.work
         if isinstance(work, LibraryCall):
-            tls = self._tls
-            if work.bind is None:
-                call, values = work.cuda, launch.values
+            call, tls = work.prepared(self, device, launch.values), self._tls
 
-                def run_call(stream: int, *args: Any) -> None:
-                    if tls.context_device != device:
-                        self._use(device)
-                    call(self, device, stream, *args, *values)
-                    if self.launch_blocking:
-                        self._wait_blocking(stream, work.name, launch.entry)
-
-                return run_call
-            bound = work.bind(self, device, *launch.values)
-
-            def run_bound(stream: int, *args: Any) -> None:  # (run_call, cuda bound once)
+            def run_call(stream: int, *args: Any) -> None:
                 if tls.context_device != device:
                     self._use(device)
-                bound(stream, *args)
+                call(stream, *args)
                 if self.launch_blocking:
                     self._wait_blocking(stream, work.name, launch.entry)
 
-            return run_bound
+            return run_call
         kernel = self.compile(device, work.source, launch.entry)
         if launch.cluster != 1:
             return self._prepare_cluster(device, kernel, launch)

@@ -89,6 +89,14 @@ class LibraryCall:
     reference: Callable[..., None]
     bind: Callable[..., Callable[..., None]] | None = None
 
+    def prepared(self, driver: Any, device: int, values: tuple) -> Callable[..., None]:
+        """What a launcher of this call runs per call, ``(stream, *args)``: ``bind``'s answer,
+        or ``cuda`` with the driver, the device and ``values`` around the call's arguments."""
+        if self.bind is not None:
+            return self.bind(driver, device, *values)
+        cuda = self.cuda
+        return lambda stream, *args: cuda(driver, device, stream, *args, *values)
+
     def __repr__(self) -> str:
         return f"<vram LibraryCall {self.name}>"
 
